@@ -1,0 +1,67 @@
+"""mplex for trio: many independent byte streams over one connection.
+
+A pure-Python implementation of the libp2p mplex stream multiplexer
+(``/mplex/6.7.0``) for trio.  Quick start::
+
+    async with mplex.open_muxer(transport_stream) as muxer:
+        stream = await muxer.open_stream()
+        await stream.send_all(b"hello")
+        await stream.send_eof()
+        reply = await stream.receive_some()
+
+The sans-IO core (``Encoder``, ``Decoder``, ``Flag``, ``Frame``, the varint helpers)
+never imports trio and can drive any I/O framework.
+"""
+
+from __future__ import annotations
+
+from ._codec import MAX_MESSAGE_SIZE as MAX_MESSAGE_SIZE
+from ._codec import MAX_STREAM_ID as MAX_STREAM_ID
+from ._codec import PROTOCOL_ID as PROTOCOL_ID
+from ._codec import Decoder as Decoder
+from ._codec import Encoder as Encoder
+from ._codec import Flag as Flag
+from ._codec import Frame as Frame
+from ._config import Config as Config
+from ._config import SlowReaderPolicy as SlowReaderPolicy
+from ._errors import ConnectionLost as ConnectionLost
+from ._errors import StreamReset as StreamReset
+from ._exceptions import FrameTooLargeError as FrameTooLargeError
+from ._exceptions import InvalidVarintError as InvalidVarintError
+from ._exceptions import MplexError as MplexError
+from ._exceptions import ProtocolError as ProtocolError
+from ._exceptions import UnknownFlagError as UnknownFlagError
+from ._muxer import Muxer as Muxer
+from ._muxer import MuxerStats as MuxerStats
+from ._muxer import open_muxer as open_muxer
+from ._stream import MplexStream as MplexStream
+from ._varint import decode_uvarint as decode_uvarint
+from ._varint import encode_uvarint as encode_uvarint
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "MAX_MESSAGE_SIZE",
+    "MAX_STREAM_ID",
+    "PROTOCOL_ID",
+    "Config",
+    "ConnectionLost",
+    "Decoder",
+    "Encoder",
+    "Flag",
+    "Frame",
+    "FrameTooLargeError",
+    "InvalidVarintError",
+    "MplexError",
+    "MplexStream",
+    "Muxer",
+    "MuxerStats",
+    "ProtocolError",
+    "SlowReaderPolicy",
+    "StreamReset",
+    "UnknownFlagError",
+    "__version__",
+    "decode_uvarint",
+    "encode_uvarint",
+    "open_muxer",
+]

@@ -1,0 +1,310 @@
+"""The mplex frame codec: flags, frames, the Encoder and the incremental Decoder (sans-IO).
+
+Wire format (libp2p mplex spec, "Message format")::
+
+    header (uvarint) | length (uvarint) | length bytes of data
+    header = stream_id << 3 | flag
+
+Theory of operation of the Decoder
+----------------------------------
+``feed()`` takes whatever chunk the transport produced and returns every frame that
+chunk completes.  State carried between calls is small and explicit:
+
+* ``_tail``: up to 17 bytes of a header/length prefix cut by a chunk boundary;
+* ``_need``/``_parts``/``_head``: the body of one frame whose prefix is known, still
+  being collected.  Pieces are kept as the chunks' own slices and joined once, so a
+  1 MiB frame spread over many chunks is copied once, not once per chunk.
+
+The declared length is checked against ``max_message_size`` the moment the length
+varint is complete, before a single body byte is kept, so a peer cannot make us
+buffer more than ``max_message_size`` plus one prefix, whatever it declares.
+
+With ``coalesce=True`` adjacent Message frames of the same stream (same header) in one
+chunk come out as one frame whose data is their concatenation.  Frame boundaries carry
+no meaning inside an mplex stream, and merging is what lets the muxer hand a reader of
+32-byte frames thousands of them per wake-up instead of one.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterator
+from typing import NamedTuple
+
+from ._exceptions import FrameTooLargeError, ProtocolError, UnknownFlagError
+from ._varint import MAX_VARINT_BYTES, decode_uvarint, encode_uvarint
+
+__all__ = [
+    "MAX_MESSAGE_SIZE",
+    "MAX_STREAM_ID",
+    "PROTOCOL_ID",
+    "Decoder",
+    "Encoder",
+    "Flag",
+    "Frame",
+]
+
+# --- libp2p mplex spec, "Protocol" and "Message format" -------------------------------
+
+#: The multistream-select protocol id of this mplex version.
+PROTOCOL_ID = "/mplex/6.7.0"
+#: "up to 1MiB per message": the largest body we send, and the default receive limit.
+MAX_MESSAGE_SIZE = 1 << 20
+#: A header is a 9-byte varint carrying the id shifted left by 3, so ids fit in 60 bits.
+MAX_STREAM_ID = (1 << 60) - 1
+#: The longest header + length prefix: two 9-byte varints.
+MAX_PREFIX_BYTES = 2 * MAX_VARINT_BYTES
+
+
+class Flag(enum.IntEnum):
+    """The low three bits of a frame header.
+
+    Even flags are sent by the side that opened the stream, odd ones by the side that
+    accepted it; 7 is undefined.
+    """
+
+    #: "NewStream": the opener announces a stream; the body is its name.
+    NEW_STREAM = 0
+    #: "MessageReceiver": data from the side that accepted the stream.
+    MESSAGE_RECEIVER = 1
+    #: "MessageInitiator": data from the side that opened the stream.
+    MESSAGE_INITIATOR = 2
+    #: "CloseReceiver": the acceptor will send no more data (half-close).
+    CLOSE_RECEIVER = 3
+    #: "CloseInitiator": the opener will send no more data (half-close).
+    CLOSE_INITIATOR = 4
+    #: "ResetReceiver": the acceptor aborts the stream in both directions.
+    RESET_RECEIVER = 5
+    #: "ResetInitiator": the opener aborts the stream in both directions.
+    RESET_INITIATOR = 6
+
+    @property
+    def from_initiator(self) -> bool:
+        """True for the flags that the stream's opener sends."""
+        return not self & 1
+
+
+class Frame(NamedTuple):
+    """One decoded mplex frame."""
+
+    stream_id: int
+    flag: Flag
+    data: bytes
+
+    @property
+    def header(self) -> int:
+        """The header value as it travels on the wire."""
+        return self.stream_id << 3 | self.flag
+
+
+class Encoder:
+    """Turns mplex messages into wire bytes.
+
+    Every frame comes out as ONE contiguous ``bytes`` (header, length and body
+    together), so a transport write never splits a frame into a small header packet
+    and a body packet.  Data longer than ``frame_size`` is split into several frames.
+    """
+
+    def __init__(self, frame_size: int = MAX_MESSAGE_SIZE) -> None:
+        if not 1 <= frame_size <= MAX_MESSAGE_SIZE:
+            raise ValueError(f"frame_size must be in 1..{MAX_MESSAGE_SIZE}, got {frame_size}")
+        self.frame_size = frame_size
+
+    def frame(self, stream_id: int, flag: Flag, data: bytes | bytearray | memoryview = b"") -> bytes:
+        """Encode exactly one frame; ``data`` must fit in ``frame_size``."""
+        if not 0 <= stream_id <= MAX_STREAM_ID:
+            raise ValueError(f"stream id out of range: {stream_id}")
+        if len(data) > self.frame_size:
+            raise ValueError(f"{len(data)} bytes do not fit one frame of {self.frame_size}")
+        return encode_uvarint(stream_id << 3 | flag) + encode_uvarint(len(data)) + data
+
+    def frames(
+        self, stream_id: int, flag: Flag, data: bytes | bytearray | memoryview
+    ) -> Iterator[bytes]:
+        """Encode ``data`` as as many frames of at most ``frame_size`` bytes as it needs."""
+        view = memoryview(data)
+        size = self.frame_size
+        for start in range(0, len(view), size):
+            yield self.frame(stream_id, flag, view[start : start + size])
+
+
+RawFrame = tuple[int, bytes]
+"""(header, body): the Decoder's internal, allocation-light frame form."""
+
+
+class Decoder:
+    """Incremental mplex frame decoder.
+
+    Feed it chunks of any size with ``feed()``; it returns the frames they complete.
+    It raises ``ProtocolError`` (or a subclass) for input that breaks the protocol;
+    after that the decoder must not be used again.
+    """
+
+    def __init__(self, max_message_size: int = MAX_MESSAGE_SIZE, *, coalesce: bool = False) -> None:
+        if max_message_size < 0:
+            raise ValueError("max_message_size must not be negative")
+        self.max_message_size = max_message_size
+        self.coalesce = coalesce
+        #: Frames decoded so far (before any coalescing).
+        self.frames_decoded = 0
+        self._offset = 0  # stream offset of the start of the next fed chunk
+        self._tail = b""
+        self._need = 0  # body bytes still missing for the frame in progress
+        self._head = 0  # that frame's header
+        self._parts: list[bytes] = []
+        self._parts_size = 0
+
+    @property
+    def buffered(self) -> int:
+        """Bytes received but not yet returned as part of a frame."""
+        return len(self._tail) + self._parts_size
+
+    @property
+    def offset(self) -> int:
+        """How many bytes have been fed so far."""
+        return self._offset
+
+    def feed(self, data: bytes | bytearray | memoryview) -> list[Frame]:
+        """Consume ``data`` and return the frames it completes, as ``Frame`` records.
+
+        On a protocol error the exception's ``decoded`` attribute holds the frames
+        that the same chunk completed before the error, so nothing valid is lost.
+        """
+        try:
+            raw = self.feed_raw(data)
+        except ProtocolError as exc:
+            exc.decoded = [Frame(h >> 3, Flag(h & 7), body) for h, body in exc.decoded]
+            raise
+        return [Frame(h >> 3, Flag(h & 7), body) for h, body in raw]
+
+    def feed_raw(self, data: bytes | bytearray | memoryview) -> list[RawFrame]:
+        """Like ``feed()``, returning ``(header, body)`` tuples: cheaper on the hot path."""
+        if type(data) is not bytes:
+            data = bytes(data)
+        base = self._offset
+        self._offset = base + len(data)
+        out: list[RawFrame] = []
+        try:
+            pos = 0
+            if self._need:
+                pos = self._continue_body(data, out)
+                if self._need:
+                    return out
+            elif self._tail:
+                pos = self._continue_prefix(data, out)
+                if pos < 0:
+                    return out
+            if pos < len(data):
+                self._scan(data, pos, base, out)
+        except ProtocolError as exc:
+            exc.decoded = out
+            raise
+        return out
+
+    # -- internals ---------------------------------------------------------------------
+
+    def _continue_body(self, data: bytes, out: list[RawFrame]) -> int:
+        need = self._need
+        if len(data) < need:
+            self._parts.append(data)
+            self._parts_size += len(data)
+            self._need = need - len(data)
+            return len(data)
+        self._parts.append(data[:need])
+        body = b"".join(self._parts)
+        self._parts = []
+        self._parts_size = 0
+        self._need = 0
+        self.frames_decoded += 1
+        out.append((self._head, body))
+        return need
+
+    def _continue_prefix(self, data: bytes, out: list[RawFrame]) -> int:
+        """Finish a prefix split across chunks; return where to resume in ``data`` (-1: not yet)."""
+        tail = self._tail
+        probe = tail + data[:MAX_PREFIX_BYTES]
+        parsed = self._parse_prefix(probe, 0, self._offset - len(data) - len(tail))
+        if parsed is None:
+            self._tail = probe
+            return -1
+        header, length, body_start = parsed
+        self._tail = b""
+        pos = body_start - len(tail)  # body_start > len(tail): the tail alone was incomplete
+        end = pos + length
+        if end <= len(data):
+            self.frames_decoded += 1
+            out.append((header, data[pos:end]))
+            return end
+        self._head = header
+        self._need = end - len(data)
+        self._parts = [data[pos:]]
+        self._parts_size = len(data) - pos
+        return len(data)
+
+    def _parse_prefix(self, data: bytes, pos: int, base: int) -> tuple[int, int, int] | None:
+        """Parse header and length at ``pos``: (header, length, body_start) or None."""
+        parsed = decode_uvarint(data, pos)
+        if parsed is None:
+            return None
+        header, after = parsed
+        if header & 7 == 7:
+            raise UnknownFlagError(header >> 3, offset=base + pos)
+        parsed = decode_uvarint(data, after)
+        if parsed is None:
+            return None
+        length, body_start = parsed
+        if length > self.max_message_size:
+            raise FrameTooLargeError(length, self.max_message_size, offset=base + pos)
+        return header, length, body_start
+
+    def _scan(self, data: bytes, pos: int, base: int, out: list[RawFrame]) -> None:
+        """Decode every frame in ``data[pos:]``; keep what is left for the next feed."""
+        n = len(data)
+        limit = self.max_message_size
+        coalesce = self.coalesce
+        append = out.append
+        run_header = -1  # header of the run of Message frames being merged
+        run: list[bytes] = []
+        count = 0
+        try:
+            while pos < n:
+                h = data[pos]
+                # Fast path: one-byte header (stream id < 16) and one-byte length.
+                if h < 0x80 and pos + 1 < n and data[pos + 1] < 0x80 and h & 7 != 7:
+                    length = data[pos + 1]
+                    if length > limit:
+                        raise FrameTooLargeError(length, limit, offset=base + pos)
+                    start = pos + 2
+                else:
+                    parsed = self._parse_prefix(data, pos, base)
+                    if parsed is None:
+                        self._tail = data[pos:]
+                        return
+                    h, length, start = parsed
+                end = start + length
+                if end > n:
+                    self._head = h
+                    self._need = end - n
+                    self._parts = [data[start:]]
+                    self._parts_size = n - start
+                    return
+                count += 1
+                pos = end
+                if coalesce and (h & 7 == 1 or h & 7 == 2):
+                    if h == run_header:
+                        run.append(data[start:end])
+                        continue
+                    if run:
+                        append((run_header, run[0] if len(run) == 1 else b"".join(run)))
+                    run_header = h
+                    run = [data[start:end]]
+                    continue
+                if run:
+                    append((run_header, run[0] if len(run) == 1 else b"".join(run)))
+                    run_header = -1
+                    run = []
+                append((h, data[start:end]))
+        finally:
+            self.frames_decoded += count
+            if run:
+                append((run_header, run[0] if len(run) == 1 else b"".join(run)))

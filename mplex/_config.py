@@ -1,0 +1,99 @@
+"""Limits and policies of one mplex connection (sans-IO).
+
+Every number that bounds memory or work is a field here, with its reason.  A
+``Config`` is frozen and validated when built, so a bad value fails at start-up,
+not in the middle of a transfer.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Literal
+
+from ._codec import MAX_MESSAGE_SIZE
+
+__all__ = ["Config", "SlowReaderPolicy"]
+
+SlowReaderPolicy = Literal["block", "reset", "block-then-reset"]
+_POLICIES = ("block", "reset", "block-then-reset")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Config:
+    """The limits of one mplex connection.  Every field has a safe default."""
+
+    #: Largest frame body accepted.  A frame declaring more is a protocol error that
+    #: closes the connection, detected before any body byte is buffered.  1 MiB is the
+    #: spec's "up to 1MiB per message" and what go, rust and js enforce.
+    max_message_size: int = MAX_MESSAGE_SIZE
+
+    #: Largest frame body we send; longer writes are split.  64 KiB keeps the per-frame
+    #: cost negligible for bulk data while letting other streams' frames interleave
+    #: (go uses 4076 bytes, rust 8 KiB, js 1 MiB).  Never above 1 MiB.
+    max_send_frame_size: int = 64 * 1024
+
+    #: Unsent bytes the connection queues before ``send_all`` waits and ``send_nowait``
+    #: raises ``trio.WouldBlock``.  256 KiB is a few socket buffers' worth: enough to
+    #: keep the transport busy, small enough that a new frame waits little behind it.
+    send_high_water: int = 256 * 1024
+
+    #: Unread bytes one stream may hold before the slow-reader policy applies.
+    #: 1 MiB absorbs bursts without letting one stream eat the connection budget.
+    max_stream_buffer: int = 1024 * 1024
+
+    #: Unread bytes all streams of the connection may hold together (including
+    #: streams still waiting in the accept backlog).  Above it the reader stops
+    #: reading the transport until readers catch up: one knob for the worst case.
+    max_connection_buffer: int = 16 * 1024 * 1024
+
+    #: What happens when a stream's unread data passes ``max_stream_buffer``:
+    #: ``"block"`` stops reading the transport until that stream is read (TCP pushes
+    #: back, nothing is lost); ``"reset"`` resets that stream and drops its excess;
+    #: ``"block-then-reset"`` blocks up to ``slow_reader_timeout`` seconds, then resets.
+    slow_reader_policy: SlowReaderPolicy = "block"
+
+    #: Seconds the reader waits for a slow stream under ``"block-then-reset"``
+    #: (go-mplex waits 5 s).
+    slow_reader_timeout: float = 5.0
+
+    #: Streams the peer may have open at once; a NewStream beyond it is answered with
+    #: a Reset of that stream only.  1024 matches js-libp2p's historical default.
+    max_inbound_streams: int = 1024
+
+    #: Streams we may have open at once; ``open_stream`` waits for a slot beyond it.
+    max_outbound_streams: int = 1024
+
+    #: Inbound streams that may wait for ``accept_stream``; a NewStream beyond it is
+    #: answered with a Reset of that stream only (go queues 16, js v12 10).
+    accept_backlog: int = 256
+
+    #: Bytes of a peer-chosen stream name that are kept (names are for debugging only;
+    #: the rest is read and dropped).
+    max_stream_name_size: int = 1024
+
+    #: Longest time, in seconds, a queued frame waits for the writer when the program
+    #: never goes idle.  Normally frames leave as soon as every task is blocked; this
+    #: bounds the delay when some other task keeps the scheduler busy.
+    max_flush_delay: float = 0.002
+
+    def __post_init__(self) -> None:
+        def positive(name: str, value: float) -> None:
+            if not value > 0:
+                raise ValueError(f"Config.{name} must be positive, got {value!r}")
+
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            if field.name != "slow_reader_policy":
+                positive(field.name, value)
+        if self.max_send_frame_size > MAX_MESSAGE_SIZE:
+            raise ValueError(
+                f"Config.max_send_frame_size must be at most {MAX_MESSAGE_SIZE} (1 MiB), "
+                f"the largest frame every peer accepts; got {self.max_send_frame_size}"
+            )
+        if self.slow_reader_policy not in _POLICIES:
+            raise ValueError(
+                f"Config.slow_reader_policy must be one of {_POLICIES}, "
+                f"got {self.slow_reader_policy!r}"
+            )
+        if self.max_connection_buffer < self.max_stream_buffer:
+            raise ValueError("Config.max_connection_buffer must be >= max_stream_buffer")

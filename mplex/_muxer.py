@@ -1,0 +1,505 @@
+"""Muxer: many mplex streams over one ``trio.abc.Stream``.
+
+Theory of operation
+-------------------
+``run()`` starts two tasks in the caller's nursery and returns control once they are
+running (``await nursery.start(muxer.run)``); ``open_muxer()`` does that for you.
+
+The **writer** owns the transport's send side.  Streams never write to the transport:
+they append whole encoded frames to ``_outbuf``, one bytearray shared by the
+connection, synchronously.  That is what makes sending cheap (no await per frame),
+atomic (a frame is appended whole or not at all, so cancellation cannot split one)
+and coalesced (everything queued since the last write leaves in one ``send_all``).
+When to write is the subtle part.  Writing as soon as any sender yields would cost
+one transport write per message; instead, once data is queued, the writer waits until
+every other task is blocked (``wait_all_tasks_blocked``: the scheduler is about to go
+idle), then takes the whole buffer.  A lone message therefore leaves as soon as its
+sender waits for anything, and a busy sender's messages pile up into large writes.
+Two bounds keep this honest: the writer is woken early once ``_FLUSH_AT`` bytes are
+queued, and never waits longer than ``Config.max_flush_delay`` for idleness.  Senders
+wait (``send_all``) or get ``trio.WouldBlock`` (``send_nowait``) while more than
+``Config.send_high_water`` bytes are queued, so memory stays bounded and the
+transport's backpressure reaches every sender.
+
+The **reader** owns the transport's receive side.  It feeds each chunk to the sans-IO
+``Decoder`` (which merges adjacent Message frames of one stream) and dispatches the
+frames: data to the stream's buffer, Close and Reset to the stream's state machine,
+NewStream to the accept backlog.  Control answers (Reset for a refused or abandoned
+stream) are queued synchronously, like everything else the writer sends.  After each
+chunk the reader applies the slow-reader policy: under ``"block"`` it stops reading
+while a stream is over ``Config.max_stream_buffer`` or all streams together are over
+``Config.max_connection_buffer``; the transport's own flow control then pushes back on
+the peer.  The reader never waits for anything else, so accepting and opening streams
+keep working while it is blocked.
+
+Streams are keyed by ``id << 1 | opened_by_us``: the same number opened by each side
+names two different streams.  A frame with an even flag comes from the stream's
+opener, so it names a stream the peer opened; an odd flag names one we opened.
+
+Teardown: whatever ends the connection (transport EOF or error, a protocol error,
+``aclose()``, cancellation of ``run()``), ``_fail()`` records why, marks every live
+stream broken with a ``ConnectionLost`` chained to the cause, wakes every waiting task
+and stops both loops.  Buffered data stays readable; the error comes after it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+from collections import OrderedDict, deque
+from collections.abc import AsyncIterator
+from typing import final
+
+import trio
+from trio.testing import wait_all_tasks_blocked
+
+from ._codec import MAX_MESSAGE_SIZE, MAX_STREAM_ID, Decoder, Flag, RawFrame
+from ._config import Config
+from ._errors import ConnectionLost
+from ._exceptions import MplexError, ProtocolError
+from ._stream import MplexStream
+from ._varint import encode_uvarint
+
+__all__ = ["Muxer", "MuxerStats", "open_muxer"]
+
+logger = logging.getLogger("mplex")
+
+#: Bytes requested per transport read.  Large enough that thousands of small frames
+#: are decoded per wake-up, small enough to keep the unparsed input bounded.
+_READ_SIZE = 256 * 1024
+#: Queued bytes that make the writer stop waiting for idleness and write now.
+_FLUSH_AT = 64 * 1024
+#: Finished stream keys remembered, so late frames for them are recognised as such.
+_TOMBSTONES = 4096
+
+_RUNNING, _CLOSED, _BROKEN = "running", "closed", "broken"
+
+
+@dataclasses.dataclass
+class MuxerStats:
+    """Counters of one muxer, for monitoring.  Read them any time."""
+
+    bytes_sent: int = 0
+    bytes_received: int = 0
+    frames_sent: int = 0
+    frames_received: int = 0
+    streams_opened: int = 0
+    streams_accepted: int = 0
+    #: Inbound streams answered with Reset because a limit was reached.
+    streams_refused: int = 0
+    resets_sent: int = 0
+    resets_received: int = 0
+    #: Frames for streams that are unknown or already finished, dropped.
+    frames_dropped: int = 0
+    #: Seconds the reader spent not reading because readers fell behind.
+    reader_blocked_seconds: float = 0.0
+
+
+@final
+class Muxer:
+    """An mplex connection over ``transport_stream``.
+
+    Start it with ``await nursery.start(muxer.run)`` (or use ``open_muxer``), then
+    ``open_stream()`` and ``accept_stream()``.  ``aclose()`` flushes what was queued
+    and closes the transport.
+    """
+
+    def __init__(self, transport_stream: trio.abc.Stream, config: Config | None = None) -> None:
+        self.config = config if config is not None else Config()
+        self.stats = MuxerStats()
+        self._transport = transport_stream
+        self._decoder = Decoder(self.config.max_message_size, coalesce=True)
+        self._frame_size = self.config.max_send_frame_size
+        self._high_water = self.config.send_high_water
+        self._streams: dict[int, MplexStream] = {}
+        self._tombstones: OrderedDict[int, None] = OrderedDict()
+        self._next_id = 0
+        self._outbound = 0
+        self._inbound = 0
+        self._backlog: deque[MplexStream] = deque()
+        self._accept_lot = trio.lowlevel.ParkingLot()
+        self._slot_lot = trio.lowlevel.ParkingLot()
+        # Writer side.
+        self._outbuf = bytearray()
+        self._writer_lot = trio.lowlevel.ParkingLot()
+        self._writer_parked = False
+        self._idle_scope: trio.CancelScope | None = None
+        self._writing = False
+        self._writable_lot = trio.lowlevel.ParkingLot()
+        # Reader side.
+        self._buffered = 0
+        self._overfull: set[MplexStream] = set()
+        self._drain_lot = trio.lowlevel.ParkingLot()
+        self._reader_blocked = False
+        # Lifecycle.
+        self._started = False
+        self._state = _RUNNING
+        self._error: BaseException | None = None
+        self._clean_end = False
+        self._run_scope: trio.CancelScope | None = None
+        self._stopped = trio.Event()
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Run the reader and writer until the connection ends.
+
+        Use as ``await nursery.start(muxer.run)``.  Returns normally however the
+        connection ends (peer EOF, transport error, protocol error, ``aclose()``):
+        the reason is logged and delivered to every stream; it never crashes the
+        caller's nursery.  On cancellation it closes the connection and re-raises.
+        """
+        if self._started:
+            raise RuntimeError("Muxer.run() was already called")
+        self._started = True
+        try:
+            async with trio.open_nursery() as nursery:
+                self._run_scope = nursery.cancel_scope
+                if self._state is _RUNNING:
+                    nursery.start_soon(self._read_loop)
+                    nursery.start_soon(self._write_loop)
+                task_status.started()
+        finally:
+            if self._state is _RUNNING:
+                self._fail(ConnectionLost("the muxer's run() task was cancelled"))
+            self._stopped.set()
+            await trio.aclose_forcefully(self._transport)
+
+    async def aclose(self) -> None:
+        """Flush queued frames, close the transport, and end every stream.
+
+        Streams still open get ``ConnectionLost``.  Closes even when cancelled
+        (skipping the flush).  Idempotent.
+        """
+        if self._state is not _RUNNING:
+            await trio.lowlevel.checkpoint()
+            if self._state is _BROKEN:
+                self._state = _CLOSED
+                await trio.aclose_forcefully(self._transport)
+            return
+        try:
+            if self._started:
+                while (self._outbuf or self._writing) and self._state is _RUNNING:
+                    await self._writable_lot.park()
+        finally:
+            self._clean_end = True
+            self._fail(ConnectionLost("the muxer was closed"), final_state=_CLOSED)
+            await trio.aclose_forcefully(self._transport)
+
+    async def __aenter__(self) -> Muxer:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    @property
+    def closed(self) -> bool:
+        """True once the connection has ended, for whatever reason."""
+        return self._state is not _RUNNING
+
+    # -- streams ---------------------------------------------------------------------------
+
+    async def open_stream(self, name: str | bytes | None = None) -> MplexStream:
+        """Open a new stream; ``name`` is sent to the peer (default: the stream number).
+
+        Waits while ``Config.max_outbound_streams`` of our streams are open.
+        """
+        await trio.lowlevel.checkpoint()
+        while True:
+            self._check_usable()
+            if self._outbound < self.config.max_outbound_streams:
+                break
+            await self._slot_lot.park()
+        stream_id = self._next_id
+        if stream_id > MAX_STREAM_ID:
+            raise MplexError("all 2**60 stream ids of this connection are used up")
+        if name is None:
+            raw = str(stream_id).encode()
+        elif isinstance(name, str):
+            raw = name.encode()
+        else:
+            raw = bytes(name)
+        if len(raw) > MAX_MESSAGE_SIZE:
+            raise ValueError(f"a stream name must fit one frame ({MAX_MESSAGE_SIZE} bytes)")
+        self._next_id = stream_id + 1
+        stream = MplexStream(self, stream_id, raw, is_initiator=True)
+        self._streams[stream._key] = stream
+        self._outbound += 1
+        self.stats.streams_opened += 1
+        self._queue_control(stream_id, Flag.NEW_STREAM, raw)
+        return stream
+
+    async def accept_stream(self) -> MplexStream:
+        """Wait for the next stream the peer opens.
+
+        Streams that arrived before the connection ended are still handed out; after
+        that it raises ``trio.ClosedResourceError`` (we closed the muxer) or
+        ``ConnectionLost`` (a ``trio.BrokenResourceError``) carrying the reason.
+        """
+        if self._backlog:
+            await trio.lowlevel.checkpoint()
+        while not self._backlog:
+            if self._state is not _RUNNING:
+                await trio.lowlevel.checkpoint()
+                self._raise_ended()
+            await self._accept_lot.park()
+        self.stats.streams_accepted += 1
+        return self._backlog.popleft()
+
+    def __aiter__(self) -> AsyncIterator[MplexStream]:
+        return self
+
+    async def __anext__(self) -> MplexStream:
+        """Inbound streams, until the connection ends cleanly; errors are raised."""
+        try:
+            return await self.accept_stream()
+        except (trio.ClosedResourceError, ConnectionLost):
+            if self._clean_end:
+                raise StopAsyncIteration from None
+            raise
+
+    def _check_usable(self) -> None:
+        if self._state is not _RUNNING:
+            self._raise_ended()
+
+    def _raise_ended(self) -> None:
+        if self._state is _CLOSED:
+            raise trio.ClosedResourceError("the muxer was closed")
+        cause = self._error.__cause__ if self._error is not None else None
+        raise ConnectionLost(str(self._error)) from cause
+
+    # -- writer ----------------------------------------------------------------------------
+
+    def _queued(self, frames: int) -> None:
+        """A stream appended ``frames`` frames to ``_outbuf``: make sure they leave."""
+        self.stats.frames_sent += frames
+        if self._writer_parked:
+            self._writer_parked = False
+            self._writer_lot.unpark_all()
+        elif self._idle_scope is not None and len(self._outbuf) >= _FLUSH_AT:
+            self._idle_scope.cancel()
+
+    def _queue_control(self, stream_id: int, flag: Flag, body: bytes = b"") -> None:
+        """Queue a frame that must go out whatever the send buffer holds."""
+        if self._state is not _RUNNING:
+            return
+        if flag >= Flag.RESET_RECEIVER:
+            self.stats.resets_sent += 1
+        out = self._outbuf
+        out += encode_uvarint(stream_id << 3 | flag)
+        out += encode_uvarint(len(body))
+        out += body
+        self._queued(1)
+
+    async def _write_loop(self) -> None:
+        send_all = self._transport.send_all
+        delay = self.config.max_flush_delay
+        while True:
+            if not self._outbuf:
+                self._writer_parked = True
+                await self._writer_lot.park()
+                continue
+            if len(self._outbuf) < _FLUSH_AT:
+                with trio.move_on_after(delay) as scope:
+                    self._idle_scope = scope
+                    await wait_all_tasks_blocked()
+                self._idle_scope = None
+            data = self._outbuf
+            self._outbuf = bytearray()
+            self._writing = True
+            try:
+                await send_all(data)
+            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+                self._fail(ConnectionLost("the transport failed while sending"), cause=exc)
+                return
+            finally:
+                self._writing = False
+            self.stats.bytes_sent += len(data)
+            if self._writable_lot:
+                self._writable_lot.unpark_all()
+
+    # -- reader ----------------------------------------------------------------------------
+
+    async def _read_loop(self) -> None:
+        receive_some = self._transport.receive_some
+        feed = self._decoder.feed_raw
+        stats = self.stats
+        while True:
+            try:
+                data = await receive_some(_READ_SIZE)
+            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+                self._fail(ConnectionLost("the transport failed while receiving"), cause=exc)
+                return
+            if not data:
+                self._clean_end = True
+                self._fail(ConnectionLost("the peer closed the connection"))
+                return
+            stats.bytes_received += len(data)
+            try:
+                try:
+                    frames = feed(data)
+                except ProtocolError as exc:
+                    self._dispatch(exc.decoded)
+                    raise
+                self._dispatch(frames)
+            except ProtocolError as exc:
+                logger.warning("mplex: closing the connection: %s", exc)
+                self._fail(ConnectionLost(f"the peer broke the mplex protocol: {exc}"), cause=exc)
+                return
+            finally:
+                stats.frames_received = self._decoder.frames_decoded
+            if self._overfull or self._buffered > self.config.max_connection_buffer:
+                await self._wait_for_readers()
+
+    def _dispatch(self, frames: list[RawFrame]) -> None:
+        streams = self._streams
+        cap = self.config.max_stream_buffer
+        for header, body in frames:
+            flag = header & 7
+            stream = streams.get((header >> 3) << 1 | (flag & 1))
+            if flag == 1 or flag == 2:
+                if stream is not None and stream._can_receive:
+                    stream._deliver(body)
+                    self._buffered += len(body)
+                    if stream._buffered > cap:
+                        self._overflowed(stream, len(body))
+                elif stream is not None and stream._closed_locally:
+                    stream._on_late_data()
+                else:
+                    self.stats.frames_dropped += 1
+            elif flag == 0:
+                self._on_new_stream(header >> 3, body)
+            elif stream is None:
+                self.stats.frames_dropped += 1
+                if flag >= 5:
+                    self.stats.resets_received += 1
+            elif flag >= 5:
+                self.stats.resets_received += 1
+                stream._on_remote_reset()
+            else:
+                stream._on_remote_close()
+
+    def _on_new_stream(self, stream_id: int, name: bytes) -> None:
+        key = stream_id << 1
+        if key in self._streams:
+            raise ProtocolError(f"NewStream for stream {stream_id}, which the peer already has open")
+        config = self.config
+        if self._inbound >= config.max_inbound_streams or len(self._backlog) >= config.accept_backlog:
+            self.stats.streams_refused += 1
+            self._remember(key)
+            self._queue_control(stream_id, Flag.RESET_RECEIVER)
+            return
+        self._tombstones.pop(key, None)
+        stream = MplexStream(self, stream_id, name[: config.max_stream_name_size], is_initiator=False)
+        self._streams[key] = stream
+        self._inbound += 1
+        self._backlog.append(stream)
+        if self._accept_lot:
+            self._accept_lot.unpark()
+
+    # -- memory and the slow-reader policy -------------------------------------------------
+
+    def _overflowed(self, stream: MplexStream, size: int) -> None:
+        if self.config.slow_reader_policy == "reset":
+            # Keep what was within the limit; drop the frame that crossed it.
+            stream._chunks.pop()
+            stream._buffered -= size
+            self._buffered -= size
+            stream._reset_for_overflow()
+        else:
+            self._overfull.add(stream)
+
+    def _released(self, stream: MplexStream, size: int) -> None:
+        """``size`` unread bytes of ``stream`` were read or dropped."""
+        self._buffered -= size
+        if stream in self._overfull and stream._buffered <= self.config.max_stream_buffer:
+            self._overfull.discard(stream)
+        if self._reader_blocked and self._drain_lot:
+            self._drain_lot.unpark_all()
+
+    async def _wait_for_readers(self) -> None:
+        config = self.config
+        started = trio.current_time()
+        deadline = float("inf")
+        if config.slow_reader_policy == "block-then-reset":
+            deadline = started + config.slow_reader_timeout
+        self._reader_blocked = True
+        try:
+            while self._overfull or self._buffered > config.max_connection_buffer:
+                with trio.move_on_at(deadline):
+                    await self._drain_lot.park()
+                    continue
+                # Timed out: give up on the streams that are over their limit, else on
+                # the one holding the most, until the connection is under budget.
+                victims = list(self._overfull) or [max(self._live_buffers(), key=_buffered)]
+                for stream in victims:
+                    self._overfull.discard(stream)
+                    stream._reset_for_overflow()
+                    stream._discard()
+        finally:
+            self._reader_blocked = False
+            self.stats.reader_blocked_seconds += trio.current_time() - started
+
+    def _live_buffers(self) -> list[MplexStream]:
+        return [s for s in self._streams.values() if s._buffered]
+
+    # -- bookkeeping -----------------------------------------------------------------------
+
+    def _forget(self, stream: MplexStream) -> None:
+        """The stream needs no more frames: drop it from the table, free its slot."""
+        if self._streams.pop(stream._key, None) is None:
+            return
+        self._remember(stream._key)
+        if stream.is_initiator:
+            self._outbound -= 1
+            if self._slot_lot:
+                self._slot_lot.unpark()
+        else:
+            self._inbound -= 1
+
+    def _remember(self, key: int) -> None:
+        tombstones = self._tombstones
+        tombstones[key] = None
+        if len(tombstones) > _TOMBSTONES:
+            tombstones.popitem(last=False)
+
+    def _fail(
+        self, error: ConnectionLost, *, cause: BaseException | None = None, final_state: str = _BROKEN
+    ) -> None:
+        """End the connection: record why, break every stream, wake every waiter."""
+        if self._state is not _RUNNING:
+            return
+        error.__cause__ = cause
+        self._state = final_state
+        self._error = error
+        if cause is not None:
+            logger.debug("mplex: connection ended: %s (%r)", error, cause)
+        for stream in list(self._streams.values()):
+            stream._connection_lost(error)
+        self._outbuf = bytearray()
+        for lot in (self._accept_lot, self._slot_lot, self._writable_lot, self._drain_lot, self._writer_lot):
+            lot.unpark_all()
+        if self._run_scope is not None:
+            self._run_scope.cancel()
+
+
+def _buffered(stream: MplexStream) -> int:
+    return stream._buffered
+
+
+@contextlib.asynccontextmanager
+async def open_muxer(
+    transport_stream: trio.abc.Stream, config: Config | None = None
+) -> AsyncIterator[Muxer]:
+    """Run a ``Muxer`` for the duration of an ``async with`` block.
+
+    On exit the muxer is closed (queued frames are flushed first) and its tasks end.
+    """
+    muxer = Muxer(transport_stream, config)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(muxer.run)
+        try:
+            yield muxer
+        finally:
+            await muxer.aclose()

@@ -1,0 +1,409 @@
+"""MplexStream: one mplex stream as a ``trio.abc.HalfCloseableStream``.
+
+The stream owns its receive buffer and its state; every byte it sends goes into the
+muxer's single outbound buffer, which the muxer's writer task flushes.  Sending never
+touches the transport directly, so two streams' frames can never interleave within a
+frame, and a cancelled ``send_all`` leaves only whole frames behind.
+
+Mapping of trio's stream contract onto mplex frames:
+
+======================  =====================================================
+``send_all(data)``      Message frames of at most ``max_send_frame_size`` bytes
+``send_eof()``          Close (our direction ends; theirs stays open)
+``aclose()``            Close, or Reset if unread data had to be thrown away;
+                        data that arrives afterwards is answered with one Reset
+``reset()``             Reset (both directions end at once)
+remote Close            ``receive_some`` returns the buffered data, then ``b""``
+remote Reset            ``receive_some`` returns the buffered data, then raises
+                        ``StreamReset``; sends raise ``StreamReset``
+connection lost         like a reset, raising ``ConnectionLost``
+======================  =====================================================
+"""
+
+from __future__ import annotations
+
+import operator
+from collections import deque
+from typing import TYPE_CHECKING, final
+
+import trio
+
+from ._codec import Flag
+from ._errors import ConnectionLost, StreamReset
+from ._state import FINISHED_STATES, StreamEvent, StreamState, Verdict, transition
+from ._varint import encode_uvarint
+
+if TYPE_CHECKING:
+    from ._muxer import Muxer
+
+__all__ = ["MplexStream"]
+
+_SENDABLE = frozenset({StreamState.OPEN, StreamState.REMOTE_CLOSED})
+_RECEIVABLE = frozenset({StreamState.OPEN, StreamState.LOCAL_CLOSED})
+Buffer = bytes | bytearray | memoryview
+
+
+@final
+class MplexStream(trio.abc.HalfCloseableStream):
+    """One stream of an mplex connection.
+
+    See `trio.abc.HalfCloseableStream` for the contract; the differences are:
+
+    * ``send_all`` returns once the data is queued in the connection's send buffer
+      (bounded by ``Config.send_high_water``), not once the peer has it;
+    * ``send_nowait`` queues without yielding, for senders of many tiny messages;
+    * ``reset`` aborts the stream in both directions and tells the peer.
+
+    Streams come from ``Muxer.open_stream`` and ``Muxer.accept_stream``; do not build
+    them yourself.
+    """
+
+    def __init__(self, muxer: Muxer, stream_id: int, name: bytes, *, is_initiator: bool) -> None:
+        self._muxer = muxer
+        #: The stream number (unique per opener, not per connection).
+        self.id = stream_id
+        #: The raw name from the NewStream frame (at most ``Config.max_stream_name_size``).
+        self.name_bytes = name
+        #: True if this side opened the stream.
+        self.is_initiator = is_initiator
+        self._key = stream_id << 1 | is_initiator
+        data_flag = Flag.MESSAGE_INITIATOR if is_initiator else Flag.MESSAGE_RECEIVER
+        self._data_head = encode_uvarint(stream_id << 3 | data_flag)
+        self._last_size = -1
+        self._last_prefix = b""
+        self._state = StreamState.OPEN
+        self._closed_locally = False  # aclose() or reset() was called here
+        self._can_send = True  # derived: state sendable, not closed, muxer alive
+        self._can_receive = True  # derived: state receivable and not closed locally
+        self._eof = False  # the peer's Close arrived: its data is complete
+        self._failure: BaseException | None = None  # why the stream broke, if it did
+        self._chunks: deque[bytes] = deque()
+        self._offset = 0  # bytes of _chunks[0] already handed out
+        self._buffered = 0  # unread bytes in _chunks
+        self._recv_lot = trio.lowlevel.ParkingLot()
+        self._send_busy = False
+        self._recv_busy = False
+
+    # -- identity --------------------------------------------------------------------------
+
+    @property
+    def name(self) -> str:
+        """The stream's name as text (invalid UTF-8 is replaced, never an error)."""
+        return self.name_bytes.decode("utf-8", errors="replace")
+
+    def __repr__(self) -> str:
+        side = "ours" if self.is_initiator else "theirs"
+        return f"<MplexStream id={self.id} ({side}) name={self.name!r} {self._state.value}>"
+
+    # -- sending ---------------------------------------------------------------------------
+
+    def send_nowait(self, data: Buffer) -> None:
+        """Queue ``data`` for sending without yielding.
+
+        Raises ``trio.WouldBlock`` (queuing nothing) when the connection's send buffer
+        already holds ``Config.send_high_water`` bytes or more (one call may pass the
+        mark by its own size); wait with ``wait_send_all_might_not_block``
+        or fall back to ``send_all``.  Otherwise the same errors as ``send_all``.
+        """
+        if self._send_busy:
+            raise trio.BusyResourceError("another task is sending on this stream")
+        if not self._can_send:
+            self._raise_send_error()
+        m = self._muxer
+        out = m._outbuf
+        size = len(data)
+        if len(out) >= m._high_water:
+            raise trio.WouldBlock
+        if size <= m._frame_size:
+            if size:
+                if size != self._last_size:
+                    self._last_size = size
+                    self._last_prefix = self._data_head + encode_uvarint(size)
+                out += self._last_prefix
+                out += data
+                m._queued(1)
+        else:
+            self._queue_frames(memoryview(data).cast("B"))
+
+    async def send_all(self, data: Buffer) -> None:
+        """See `trio.abc.SendStream.send_all`.
+
+        If cancelled, whole frames of ``data`` may have been queued; never part of one.
+        """
+        if self._send_busy:
+            raise trio.BusyResourceError("another task is sending on this stream")
+        self._send_busy = True
+        try:
+            await trio.lowlevel.checkpoint()
+            if not self._can_send:
+                self._raise_send_error()
+            m = self._muxer
+            out = m._outbuf
+            size = len(data)
+            if size <= m._frame_size and len(out) < m._high_water:
+                if size:
+                    if size != self._last_size:
+                        self._last_size = size
+                        self._last_prefix = self._data_head + encode_uvarint(size)
+                    out += self._last_prefix
+                    out += data
+                    m._queued(1)
+                return
+            view = memoryview(data).cast("B")
+            step = m._frame_size
+            for start in range(0, len(view), step):
+                while len(m._outbuf) >= m._high_water:
+                    await m._writable_lot.park()
+                    if not self._can_send:
+                        self._raise_send_error()
+                self._queue_frames(view[start : start + step])
+        finally:
+            self._send_busy = False
+
+    def _queue_frames(self, view: memoryview) -> None:
+        m = self._muxer
+        out = m._outbuf
+        step = m._frame_size
+        count = 0
+        for start in range(0, len(view), step):
+            piece = view[start : start + step]
+            out += self._data_head
+            out += encode_uvarint(len(piece))
+            out += piece
+            count += 1
+        m._queued(count)
+
+    async def wait_send_all_might_not_block(self) -> None:
+        """See `trio.abc.SendStream.wait_send_all_might_not_block`."""
+        if self._send_busy:
+            raise trio.BusyResourceError("another task is sending on this stream")
+        self._send_busy = True
+        try:
+            m = self._muxer
+            if not self._can_send or len(m._outbuf) < m._high_water:
+                await trio.lowlevel.checkpoint()
+            else:
+                await m._writable_lot.park()
+            if not self._can_send:
+                self._raise_send_error()
+        finally:
+            self._send_busy = False
+
+    async def send_eof(self) -> None:
+        """See `trio.abc.HalfCloseableStream.send_eof`: sends an mplex Close."""
+        if self._send_busy:
+            raise trio.BusyResourceError("another task is sending on this stream")
+        self._send_busy = True
+        try:
+            await trio.lowlevel.checkpoint()
+            if self._closed_locally:
+                raise trio.ClosedResourceError("this stream was closed")
+            if self._failure is not None and self._state is not StreamState.RESET:
+                self._raise_send_error()
+            verdict = self._apply(StreamEvent.SEND_CLOSE)
+            if verdict is Verdict.OK:
+                self._muxer._queue_control(self.id, self._flag(Flag.CLOSE_INITIATOR))
+            elif verdict is Verdict.BROKEN:
+                self._raise_send_error()
+        finally:
+            self._send_busy = False
+
+    def _raise_send_error(self) -> None:
+        if self._closed_locally:
+            raise trio.ClosedResourceError("this stream was closed")
+        if self._failure is not None:
+            raise self._failure_error() from self._failure.__cause__
+        raise trio.ClosedResourceError("send_eof() was called on this stream")
+
+    # -- receiving -------------------------------------------------------------------------
+
+    async def receive_some(self, max_bytes: int | None = None) -> bytes:
+        """See `trio.abc.ReceiveStream.receive_some`.
+
+        Returns everything buffered (up to ``max_bytes``) as one ``bytes``.  After a
+        reset or a lost connection, the data that arrived before it comes first, then
+        the error.
+        """
+        if max_bytes is not None:
+            max_bytes = operator.index(max_bytes)
+            if max_bytes < 1:
+                raise ValueError("max_bytes must be >= 1")
+        if self._recv_busy:
+            raise trio.BusyResourceError("another task is receiving on this stream")
+        self._recv_busy = True
+        try:
+            if self._buffered or not self._can_receive or self._closed_locally:
+                await trio.lowlevel.checkpoint()
+            else:
+                while not (self._buffered or not self._can_receive or self._closed_locally):
+                    await self._recv_lot.park()
+            if self._closed_locally:
+                raise trio.ClosedResourceError("this stream was closed")
+            if self._buffered:
+                return self._take(max_bytes)
+            if self._eof:
+                return b""
+            raise self._failure_error() from self._failure_cause()
+        finally:
+            self._recv_busy = False
+
+    def _take(self, max_bytes: int | None) -> bytes:
+        chunks = self._chunks
+        if max_bytes is None or max_bytes >= self._buffered:
+            if len(chunks) == 1:
+                data = chunks[0][self._offset :] if self._offset else chunks[0]
+            else:
+                if self._offset:
+                    chunks[0] = chunks[0][self._offset :]
+                data = b"".join(chunks)
+            chunks.clear()
+            self._offset = 0
+        else:
+            pieces = []
+            wanted = max_bytes
+            while wanted:
+                head = chunks[0]
+                available = len(head) - self._offset
+                if available <= wanted:
+                    pieces.append(head[self._offset :] if self._offset else head)
+                    chunks.popleft()
+                    self._offset = 0
+                    wanted -= available
+                else:
+                    pieces.append(head[self._offset : self._offset + wanted])
+                    self._offset += wanted
+                    wanted = 0
+            data = pieces[0] if len(pieces) == 1 else b"".join(pieces)
+        self._buffered -= len(data)
+        self._muxer._released(self, len(data))
+        return data
+
+    def _deliver(self, data: bytes) -> None:
+        """Called by the muxer's reader for each (possibly merged) Message frame."""
+        self._chunks.append(data)
+        self._buffered += len(data)
+        if self._recv_lot:
+            self._recv_lot.unpark_all()
+
+    def _discard(self) -> int:
+        """Drop unread data; return how much there was."""
+        dropped = self._buffered
+        if dropped:
+            self._chunks.clear()
+            self._offset = 0
+            self._buffered = 0
+            self._muxer._released(self, dropped)
+        return dropped
+
+    # -- closing ---------------------------------------------------------------------------
+
+    async def aclose(self) -> None:
+        """See `trio.abc.AsyncResource.aclose`: closes both directions.
+
+        Sends Close for our direction.  If unread data had to be thrown away while the
+        peer was still sending, sends Reset instead, so the peer stops sending into
+        the void (mplex has no "stop sending" frame); data that arrives later is
+        answered with a Reset too.  Closes even when cancelled.
+        """
+        if not self._closed_locally:
+            self._closed_locally = True
+            dropped = self._discard()
+            if dropped and self._state in _RECEIVABLE:
+                self._send_reset()
+            elif self._apply(StreamEvent.SEND_CLOSE) is Verdict.OK:
+                self._muxer._queue_control(self.id, self._flag(Flag.CLOSE_INITIATOR))
+            self._refresh()
+        await trio.lowlevel.checkpoint()
+
+    def reset(self) -> None:
+        """Abort the stream in both directions and tell the peer.  Idempotent.
+
+        Unread data is dropped; later calls on this stream raise
+        ``trio.ClosedResourceError``.
+        """
+        self._closed_locally = True
+        self._discard()
+        self._send_reset()
+        self._refresh()
+
+    def _send_reset(self) -> None:
+        if self._apply(StreamEvent.SEND_RESET) is Verdict.OK:
+            self._muxer._queue_control(self.id, self._flag(Flag.RESET_INITIATOR))
+
+    # -- events from the muxer's reader ----------------------------------------------------
+
+    def _on_remote_close(self) -> None:
+        if self._apply(StreamEvent.RECV_CLOSE) is Verdict.OK:
+            self._eof = True
+            self._refresh()
+
+    def _on_remote_reset(self) -> None:
+        if self._apply(StreamEvent.RECV_RESET) is Verdict.OK:
+            self._fail(StreamReset(f"stream {self.id} was reset by the peer", stream_id=self.id, by_peer=True))
+
+    def _on_late_data(self) -> None:
+        """Data arrived after we closed locally: tell the peer to stop (once)."""
+        if self._state in _RECEIVABLE:
+            self._send_reset()
+            self._refresh()
+
+    def _reset_for_overflow(self) -> None:
+        """The slow-reader policy gave up on this stream: reset it, keep its buffer."""
+        if self._apply(StreamEvent.SEND_RESET) is Verdict.OK:
+            self._muxer._queue_control(self.id, self._flag(Flag.RESET_INITIATOR))
+            self._fail(
+                StreamReset(
+                    f"stream {self.id} was reset because its reader fell more than "
+                    f"Config.max_stream_buffer bytes behind",
+                    stream_id=self.id,
+                    by_peer=False,
+                )
+            )
+
+    def _connection_lost(self, error: ConnectionLost) -> None:
+        if self._failure is None and not self._state in FINISHED_STATES:
+            self._fail(error)
+        elif self._failure is None:
+            self._failure = error
+            self._refresh()
+
+    def _fail(self, error: BaseException) -> None:
+        self._failure = error
+        self._refresh()
+
+    # -- state -----------------------------------------------------------------------------
+
+    def _flag(self, initiator_flag: Flag) -> Flag:
+        """The flag to send: the initiator's even flag, or the receiver's odd one."""
+        return initiator_flag if self.is_initiator else Flag(initiator_flag - 1)
+
+    def _apply(self, event: StreamEvent) -> Verdict:
+        self._state, verdict = transition(self._state, event)
+        return verdict
+
+    def _refresh(self) -> None:
+        """Recompute the derived flags, wake whoever must re-check, let go when finished."""
+        alive = self._failure is None
+        self._can_send = alive and not self._closed_locally and self._state in _SENDABLE
+        self._can_receive = (
+            alive and not self._closed_locally and not self._eof and self._state in _RECEIVABLE
+        )
+        if self._recv_lot:
+            self._recv_lot.unpark_all()
+        m = self._muxer
+        if m._writable_lot:
+            m._writable_lot.unpark_all()
+        if self._state in FINISHED_STATES or self._failure is not None:
+            m._forget(self)
+
+    def _failure_error(self) -> BaseException:
+        """A fresh exception describing the failure (each raise gets its own traceback)."""
+        failure = self._failure
+        if isinstance(failure, StreamReset):
+            return StreamReset(str(failure), stream_id=self.id, by_peer=failure.by_peer)
+        if isinstance(failure, ConnectionLost):
+            return ConnectionLost(str(failure))
+        return trio.ClosedResourceError("this stream was closed")
+
+    def _failure_cause(self) -> BaseException | None:
+        return self._failure.__cause__ if self._failure is not None else None

@@ -1,0 +1,73 @@
+"""Unsigned varints as multiformats defines them (sans-IO).
+
+Seven bits per byte, least significant group first, high bit set on every byte but
+the last.  mplex caps them at 9 bytes (63 bits) and we only accept the minimal
+encoding, as go-mplex and rust-libp2p do: a longer-than-needed varint can only come
+from a broken or hostile encoder, and accepting it would let one value have many
+spellings on the wire.
+
+Encoding goes through a precomputed table for values below 2**14, which covers every
+stream id below 2048 with its flag and every frame length up to 16 KiB: the common
+case costs one tuple index instead of a loop.
+"""
+
+from __future__ import annotations
+
+from ._exceptions import InvalidVarintError
+
+__all__ = ["MAX_VARINT_BYTES", "MAX_VARINT_VALUE", "decode_uvarint", "encode_uvarint"]
+
+#: The longest varint mplex allows (multiformats unsigned-varint spec).
+MAX_VARINT_BYTES = 9
+#: The largest value a 9-byte varint can carry.
+MAX_VARINT_VALUE = 2**63 - 1
+
+_TABLE_LIMIT = 1 << 14
+
+
+def _encode_slow(value: int) -> bytes:
+    out = bytearray()
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+_TABLE: tuple[bytes, ...] = tuple(_encode_slow(v) for v in range(_TABLE_LIMIT))
+
+
+def encode_uvarint(value: int) -> bytes:
+    """Return the minimal varint encoding of ``value`` (0 <= value < 2**63)."""
+    if 0 <= value < _TABLE_LIMIT:
+        return _TABLE[value]
+    if value < 0 or value > MAX_VARINT_VALUE:
+        raise ValueError(f"varint value out of range: {value}")
+    return _encode_slow(value)
+
+
+def decode_uvarint(data: bytes | bytearray | memoryview, pos: int = 0) -> tuple[int, int] | None:
+    """Decode one varint from ``data`` starting at ``pos``.
+
+    Returns ``(value, next_pos)``, or ``None`` when ``data`` ends before the varint
+    does.  Raises ``InvalidVarintError`` for a varint longer than 9 bytes or one that
+    is not minimally encoded; both are detected as early as the bytes allow.
+    """
+    value = 0
+    shift = 0
+    end = len(data)
+    start = pos
+    while pos < end:
+        byte = data[pos]
+        pos += 1
+        value |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            if byte == 0 and pos - start > 1:
+                raise InvalidVarintError("varint is not minimally encoded", offset=start)
+            return value, pos
+        shift += 7
+        if pos - start >= MAX_VARINT_BYTES:
+            raise InvalidVarintError(
+                f"varint is longer than {MAX_VARINT_BYTES} bytes", offset=start
+            )
+    return None

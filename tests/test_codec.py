@@ -1,0 +1,223 @@
+"""The frame codec: spec vectors, chunking, limits, coalescing, round trips."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import mplex
+from mplex import Decoder, Encoder, Flag, Frame, ProtocolError
+from tests.helpers import frame, load_vectors
+
+VECTORS = load_vectors()
+
+
+def expected_frames(case: dict[str, Any]) -> list[Frame]:
+    return [Frame(i, Flag(f), bytes.fromhex(h)) for i, f, h in case["frames"]]
+
+
+def decoder_for(case: dict[str, Any]) -> Decoder:
+    return Decoder(case.get("max_message_size", mplex.MAX_MESSAGE_SIZE))
+
+
+def feed_whole(case: dict[str, Any]) -> tuple[list[Frame], Decoder]:
+    decoder = decoder_for(case)
+    return decoder.feed(bytes.fromhex(case["hex"].replace(" ", ""))), decoder
+
+
+def feed_bytewise(case: dict[str, Any]) -> tuple[list[Frame], Decoder]:
+    decoder = decoder_for(case)
+    frames: list[Frame] = []
+    for byte in bytes.fromhex(case["hex"].replace(" ", "")):
+        frames += decoder.feed(bytes([byte]))
+    return frames, decoder
+
+
+def feed_with_trailing(case: dict[str, Any]) -> tuple[list[Frame], Decoder]:
+    """The vector followed by the first bytes of another frame, which must stay held."""
+    decoder = decoder_for(case)
+    frames = decoder.feed(bytes.fromhex(case["hex"].replace(" ", "")) + b"\x02\x05ab")
+    return frames, decoder
+
+
+FEEDERS = [feed_whole, feed_bytewise, feed_with_trailing]
+
+
+class TestSpecVectors:
+    @pytest.mark.parametrize(
+        ("case", "feeder"),
+        [
+            pytest.param(c, f, id=f"{c['name']}-{f.__name__}")
+            for c in VECTORS
+            if "error" not in c
+            for f in FEEDERS
+            # Trailing bytes after a truncated frame would become its body.
+            if not (f is feed_with_trailing and "remaining" in c)
+        ],
+    )
+    def test_valid_vectors_decode_to_the_expected_frames(self, case: dict[str, Any], feeder: Any) -> None:
+        frames, decoder = feeder(case)
+        assert frames == expected_frames(case)
+        extra = 2 if feeder is feed_with_trailing else 0  # the trailing prefix is consumed
+        assert decoder.buffered == case.get("remaining", 0) + extra
+
+    @pytest.mark.parametrize("feeder", FEEDERS, ids=lambda f: f.__name__)
+    @pytest.mark.parametrize("case", [c for c in VECTORS if "error" in c], ids=lambda c: c["name"])
+    def test_invalid_vectors_raise_the_expected_error(self, case: dict[str, Any], feeder: Any) -> None:
+        error = getattr(mplex, case["error"])
+        with pytest.raises(error):
+            feeder(case)
+
+    @pytest.mark.parametrize("case", [c for c in VECTORS if "error" not in c and c["frames"]], ids=lambda c: c["name"])
+    def test_our_encoder_produces_the_vector_bytes(self, case: dict[str, Any]) -> None:
+        encoded = b"".join(Encoder().frame(f.stream_id, f.flag, f.data) for f in expected_frames(case))
+        assert encoded == bytes.fromhex(case["hex"].replace(" ", ""))
+
+
+class TestLimits:
+    def test_oversized_length_is_rejected_before_the_body_arrives(self) -> None:
+        decoder = Decoder(max_message_size=1000)
+        with pytest.raises(mplex.FrameTooLargeError) as info:
+            decoder.feed(b"\x02\xe9\x07")  # declares 1001 bytes, sends none of them
+        assert info.value.length == 1001
+        assert info.value.limit == 1000
+        assert info.value.offset == 0
+
+    def test_a_frame_exactly_at_the_limit_is_accepted(self) -> None:
+        decoder = Decoder(max_message_size=1 << 20)
+        body = bytes(range(256)) * 4096
+        assert decoder.feed(frame(3, Flag.MESSAGE_RECEIVER, body)) == [Frame(3, Flag.MESSAGE_RECEIVER, body)]
+
+    def test_error_offset_points_at_the_bad_frame(self) -> None:
+        decoder = Decoder()
+        decoder.feed(frame(0, Flag.NEW_STREAM, b"abc"))
+        with pytest.raises(mplex.UnknownFlagError) as info:
+            decoder.feed(b"\x02\x01x\x0f\x00")
+        assert info.value.offset == 5 + 3
+
+    def test_frames_before_an_error_in_the_same_chunk_are_kept(self) -> None:
+        decoder = Decoder()
+        with pytest.raises(ProtocolError) as info:
+            decoder.feed(frame(1, Flag.MESSAGE_INITIATOR, b"ok") + b"\x07\x00")
+        assert info.value.decoded == [Frame(1, Flag.MESSAGE_INITIATOR, b"ok")]
+
+    @given(st.lists(st.integers(1, 70000), min_size=1, max_size=6), st.integers(1, 9000))
+    @settings(max_examples=40)
+    def test_held_input_never_exceeds_one_frame_plus_one_prefix(self, sizes: list[int], chunk: int) -> None:
+        wire = b"".join(frame(7, Flag.MESSAGE_INITIATOR, b"z" * n) for n in sizes)
+        decoder = Decoder()
+        limit = max(sizes) + 18
+        for start in range(0, len(wire), chunk):
+            decoder.feed(wire[start : start + chunk])
+            assert decoder.buffered <= limit
+        assert decoder.buffered == 0
+
+
+class TestCoalescing:
+    def test_adjacent_messages_of_one_stream_merge(self) -> None:
+        wire = b"".join(frame(1, Flag.MESSAGE_INITIATOR, bytes([i]) * 3) for i in range(4))
+        frames = Decoder(coalesce=True).feed(wire)
+        assert frames == [Frame(1, Flag.MESSAGE_INITIATOR, b"\0\0\0\1\1\1\2\2\2\3\3\3")]
+
+    def test_merging_stops_at_another_stream_or_flag(self) -> None:
+        wire = (
+            frame(1, Flag.MESSAGE_INITIATOR, b"a")
+            + frame(1, Flag.MESSAGE_RECEIVER, b"b")  # same number, the other side's stream
+            + frame(1, Flag.MESSAGE_RECEIVER, b"c")
+            + frame(1, Flag.CLOSE_RECEIVER)
+            + frame(1, Flag.MESSAGE_INITIATOR, b"d")
+        )
+        frames = Decoder(coalesce=True).feed(wire)
+        assert [(f.flag, f.data) for f in frames] == [
+            (Flag.MESSAGE_INITIATOR, b"a"),
+            (Flag.MESSAGE_RECEIVER, b"bc"),
+            (Flag.CLOSE_RECEIVER, b""),
+            (Flag.MESSAGE_INITIATOR, b"d"),
+        ]
+
+    def test_counts_frames_before_merging(self) -> None:
+        decoder = Decoder(coalesce=True)
+        decoder.feed(frame(0, Flag.MESSAGE_INITIATOR, b"x") * 10)
+        assert decoder.frames_decoded == 10
+
+
+class TestEncoder:
+    def test_each_frame_is_one_contiguous_bytes(self) -> None:
+        out = Encoder().frame(2, Flag.MESSAGE_INITIATOR, bytearray(b"hello"))
+        assert type(out) is bytes
+        assert out == b"\x12\x05hello"
+
+    def test_long_data_is_split_into_frames_of_at_most_frame_size(self) -> None:
+        data = bytes(range(256)) * 10
+        frames = list(Encoder(frame_size=1000).frames(4, Flag.MESSAGE_RECEIVER, data))
+        decoded = Decoder().feed(b"".join(frames))
+        assert [len(f.data) for f in decoded] == [1000, 1000, 560]
+        assert b"".join(f.data for f in decoded) == data
+
+    def test_frame_size_cannot_exceed_one_mebibyte(self) -> None:
+        with pytest.raises(ValueError):
+            Encoder(frame_size=(1 << 20) + 1)
+
+    def test_one_frame_refuses_oversized_data_and_bad_ids(self) -> None:
+        with pytest.raises(ValueError):
+            Encoder(frame_size=4).frame(0, Flag.MESSAGE_INITIATOR, b"12345")
+        with pytest.raises(ValueError):
+            Encoder().frame(2**60, Flag.NEW_STREAM)
+
+
+frame_strategy = st.tuples(
+    st.integers(0, 2**60 - 1) | st.integers(0, 40),
+    st.sampled_from(list(Flag)),
+    st.binary(max_size=300),
+)
+
+
+class TestRoundTrips:
+    @given(st.lists(frame_strategy, max_size=30), st.data())
+    @settings(max_examples=200)
+    def test_random_frames_survive_random_chunking(self, frames: list[tuple[int, Flag, bytes]], data: st.DataObject) -> None:
+        wire = b"".join(Encoder().frame(i, f, b) for i, f, b in frames)
+        cuts = sorted(data.draw(st.lists(st.integers(0, len(wire)), max_size=10)))
+        decoder = Decoder()
+        out: list[Frame] = []
+        start = 0
+        for cut in [*cuts, len(wire)]:
+            out += decoder.feed(wire[start:cut])
+            start = cut
+        assert out == [Frame(i, f, b) for i, f, b in frames]
+        assert decoder.buffered == 0
+
+    @given(st.lists(frame_strategy, max_size=30), st.integers(1, 64))
+    @settings(max_examples=100)
+    def test_coalesced_output_is_the_exact_output_merged(self, frames: list[tuple[int, Flag, bytes]], chunk: int) -> None:
+        wire = b"".join(Encoder().frame(i, f, b) for i, f, b in frames)
+        exact, merged = Decoder(), Decoder(coalesce=True)
+        a: list[Frame] = []
+        b: list[Frame] = []
+        for start in range(0, len(wire), chunk):
+            a += exact.feed(wire[start : start + chunk])
+            b += merged.feed(wire[start : start + chunk])
+        regrouped: list[Frame] = []
+        for f in a:
+            if regrouped and f.flag in (1, 2) and regrouped[-1][:2] == f[:2]:
+                regrouped[-1] = Frame(f.stream_id, f.flag, regrouped[-1].data + f.data)
+            else:
+                regrouped.append(f)
+        assert b"".join(f.data for f in b) == b"".join(f.data for f in a)
+        assert [(f.stream_id, f.flag) for f in b if f.flag not in (1, 2)] == [
+            (f.stream_id, f.flag) for f in regrouped if f.flag not in (1, 2)
+        ]
+
+    @given(st.binary(max_size=200), st.integers(1, 50))
+    @settings(max_examples=300)
+    def test_arbitrary_bytes_only_ever_produce_frames_or_protocol_errors(self, wire: bytes, chunk: int) -> None:
+        decoder = Decoder(max_message_size=100)
+        try:
+            for start in range(0, len(wire), chunk):
+                decoder.feed(wire[start : start + chunk])
+        except ProtocolError:
+            pass
+        assert decoder.buffered <= 100 + 18
