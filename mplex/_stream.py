@@ -198,11 +198,12 @@ class MplexStream(trio.abc.HalfCloseableStream):
             await trio.lowlevel.checkpoint()
             if self._closed_locally:
                 raise trio.ClosedResourceError("this stream was closed")
-            if self._failure is not None and self._state is not StreamState.RESET:
-                self._raise_send_error()
+            if self._failure is not None and self._state in _SENDABLE:
+                self._raise_send_error()  # our EOF can no longer reach the peer
             verdict = self._apply(StreamEvent.SEND_CLOSE)
             if verdict is Verdict.OK:
                 self._muxer._queue_control(self.id, self._flag(Flag.CLOSE_INITIATOR))
+                self._refresh()
             elif verdict is Verdict.BROKEN:
                 self._raise_send_error()
         finally:
@@ -361,11 +362,8 @@ class MplexStream(trio.abc.HalfCloseableStream):
             )
 
     def _connection_lost(self, error: ConnectionLost) -> None:
-        if self._failure is None and not self._state in FINISHED_STATES:
+        if self._failure is None:
             self._fail(error)
-        elif self._failure is None:
-            self._failure = error
-            self._refresh()
 
     def _fail(self, error: BaseException) -> None:
         self._failure = error

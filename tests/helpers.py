@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+import functools
+import socket
 import json
 import pathlib
 from collections.abc import AsyncIterator, Callable
@@ -29,25 +31,47 @@ def frame(stream_id: int, flag: Flag, data: bytes = b"") -> bytes:
 TransportPair = Callable[[], "contextlib.AbstractAsyncContextManager[tuple[trio.abc.Stream, trio.abc.Stream]]"]
 
 
+async def memory_streams() -> tuple[trio.abc.Stream, trio.abc.Stream]:
+    return trio.testing.memory_stream_pair()
+
+
+async def tcp_streams(buffer_size: int | None = None) -> tuple[trio.abc.Stream, trio.abc.Stream]:
+    """Both ends of a real loopback TCP connection (127.0.0.1 only).
+
+    ``buffer_size`` fixes the kernel's socket buffers, which also turns off Linux's
+    buffer autotuning: a connection that nobody reads then stays full instead of
+    opening more window later.
+    """
+    listener = trio.socket.socket()
+    client = trio.socket.socket()
+    try:
+        for sock in (listener, client):
+            if buffer_size is not None:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, buffer_size)
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, buffer_size)
+        await listener.bind(("127.0.0.1", 0))
+        listener.listen(1)
+        with trio.fail_after(10):
+            await client.connect(listener.getsockname())
+            server, _ = await listener.accept()
+    finally:
+        listener.close()
+    return trio.SocketStream(client), trio.SocketStream(server)
+
+
 @contextlib.asynccontextmanager
 async def memory_transport() -> AsyncIterator[tuple[trio.abc.Stream, trio.abc.Stream]]:
-    a, b = trio.testing.memory_stream_pair()
-    yield a, b
+    yield await memory_streams()
 
 
 @contextlib.asynccontextmanager
 async def tcp_transport() -> AsyncIterator[tuple[trio.abc.Stream, trio.abc.Stream]]:
-    """A real loopback TCP connection (127.0.0.1 only)."""
-    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+    a, b = await tcp_streams()
     try:
-        port = listeners[0].socket.getsockname()[1]
-        with trio.fail_after(10):
-            client = await trio.open_tcp_stream("127.0.0.1", port)
-            server = await listeners[0].accept()
-        yield client, server
+        yield a, b
     finally:
-        for listener in listeners:
-            await listener.aclose()
+        await a.aclose()
+        await b.aclose()
 
 
 @contextlib.asynccontextmanager
