@@ -110,7 +110,9 @@ class Encoder:
             raise ValueError(f"frame_size must be in 1..{MAX_MESSAGE_SIZE}, got {frame_size}")
         self.frame_size = frame_size
 
-    def frame(self, stream_id: int, flag: Flag, data: bytes | bytearray | memoryview = b"") -> bytes:
+    def frame(
+        self, stream_id: int, flag: Flag, data: bytes | bytearray | memoryview = b""
+    ) -> bytes:
         """Encode exactly one frame; ``data`` must fit in ``frame_size``."""
         if not 0 <= stream_id <= MAX_STREAM_ID:
             raise ValueError(f"stream id out of range: {stream_id}")

@@ -64,8 +64,12 @@ class Config:
     max_outbound_streams: int = 1024
 
     #: Inbound streams that may wait for ``accept_stream``; a NewStream beyond it is
-    #: answered with a Reset of that stream only (go queues 16, js v12 10).
-    accept_backlog: int = 256
+    #: answered with a Reset of that stream only.  A peer may open a burst of streams
+    #: in one packet before our acceptor runs, so the default equals
+    #: ``max_inbound_streams``: a waiting stream costs a small object (its data counts
+    #: against ``max_connection_buffer``).  go queues 16 and js v12 10, and both lose
+    #: streams to ordinary bursts.
+    accept_backlog: int = 1024
 
     #: Bytes of a peer-chosen stream name that are kept (names are for debugging only;
     #: the rest is read and dropped).

@@ -358,7 +358,7 @@ class Muxer:
         for header, body in frames:
             flag = header & 7
             stream = streams.get((header >> 3) << 1 | (flag & 1))
-            if flag == 1 or flag == 2:
+            if flag in {1, 2}:
                 if stream is not None and stream._can_receive:
                     stream._deliver(body)
                     self._buffered += len(body)
@@ -370,28 +370,33 @@ class Muxer:
                     self.stats.frames_dropped += 1
             elif flag == 0:
                 self._on_new_stream(header >> 3, body)
-            elif stream is None:
-                self.stats.frames_dropped += 1
+            else:
                 if flag >= 5:
                     self.stats.resets_received += 1
-            elif flag >= 5:
-                self.stats.resets_received += 1
-                stream._on_remote_reset()
-            else:
-                stream._on_remote_close()
+                if stream is None or not (
+                    stream._on_remote_reset() if flag >= 5 else stream._on_remote_close()
+                ):
+                    self.stats.frames_dropped += 1
 
     def _on_new_stream(self, stream_id: int, name: bytes) -> None:
         key = stream_id << 1
         if key in self._streams:
-            raise ProtocolError(f"NewStream for stream {stream_id}, which the peer already has open")
+            raise ProtocolError(
+                f"NewStream for stream {stream_id}, which the peer already has open"
+            )
         config = self.config
-        if self._inbound >= config.max_inbound_streams or len(self._backlog) >= config.accept_backlog:
+        if (
+            self._inbound >= config.max_inbound_streams
+            or len(self._backlog) >= config.accept_backlog
+        ):
             self.stats.streams_refused += 1
             self._remember(key)
             self._queue_control(stream_id, Flag.RESET_RECEIVER)
             return
         self._tombstones.pop(key, None)
-        stream = MplexStream(self, stream_id, name[: config.max_stream_name_size], is_initiator=False)
+        stream = MplexStream(
+            self, stream_id, name[: config.max_stream_name_size], is_initiator=False
+        )
         self._streams[key] = stream
         self._inbound += 1
         self._backlog.append(stream)
@@ -465,7 +470,11 @@ class Muxer:
             tombstones.popitem(last=False)
 
     def _fail(
-        self, error: ConnectionLost, *, cause: BaseException | None = None, final_state: str = _BROKEN
+        self,
+        error: ConnectionLost,
+        *,
+        cause: BaseException | None = None,
+        final_state: str = _BROKEN,
     ) -> None:
         """End the connection: record why, break every stream, wake every waiter."""
         if self._state is not _RUNNING:
@@ -478,7 +487,13 @@ class Muxer:
         for stream in list(self._streams.values()):
             stream._connection_lost(error)
         self._outbuf = bytearray()
-        for lot in (self._accept_lot, self._slot_lot, self._writable_lot, self._drain_lot, self._writer_lot):
+        for lot in (
+            self._accept_lot,
+            self._slot_lot,
+            self._writable_lot,
+            self._drain_lot,
+            self._writer_lot,
+        ):
             lot.unpark_all()
         if self._run_scope is not None:
             self._run_scope.cancel()

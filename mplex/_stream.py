@@ -333,14 +333,21 @@ class MplexStream(trio.abc.HalfCloseableStream):
 
     # -- events from the muxer's reader ----------------------------------------------------
 
-    def _on_remote_close(self) -> None:
-        if self._apply(StreamEvent.RECV_CLOSE) is Verdict.OK:
-            self._eof = True
-            self._refresh()
+    def _on_remote_close(self) -> bool:
+        """The peer's Close arrived; False if it meant nothing (a repeat)."""
+        if self._apply(StreamEvent.RECV_CLOSE) is not Verdict.OK:
+            return False
+        self._eof = True
+        self._refresh()
+        return True
 
-    def _on_remote_reset(self) -> None:
-        if self._apply(StreamEvent.RECV_RESET) is Verdict.OK:
-            self._fail(StreamReset(f"stream {self.id} was reset by the peer", stream_id=self.id, by_peer=True))
+    def _on_remote_reset(self) -> bool:
+        """The peer's Reset arrived; False if it meant nothing (already finished)."""
+        if self._apply(StreamEvent.RECV_RESET) is not Verdict.OK:
+            return False
+        message = f"stream {self.id} was reset by the peer"
+        self._fail(StreamReset(message, stream_id=self.id, by_peer=True))
+        return True
 
     def _on_late_data(self) -> None:
         """Data arrived after we closed locally: tell the peer to stop (once)."""

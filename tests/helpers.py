@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import contextlib
-import functools
-import socket
 import json
 import pathlib
+import socket
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -28,7 +27,9 @@ def frame(stream_id: int, flag: Flag, data: bytes = b"") -> bytes:
     return ENCODER.frame(stream_id, flag, data)
 
 
-TransportPair = Callable[[], "contextlib.AbstractAsyncContextManager[tuple[trio.abc.Stream, trio.abc.Stream]]"]
+TransportPair = Callable[
+    [], "contextlib.AbstractAsyncContextManager[tuple[trio.abc.Stream, trio.abc.Stream]]"
+]
 
 
 async def memory_streams() -> tuple[trio.abc.Stream, trio.abc.Stream]:
@@ -81,11 +82,12 @@ async def muxer_pair(
     server_config: mplex.Config | None = None,
 ) -> AsyncIterator[tuple[mplex.Muxer, mplex.Muxer]]:
     """Two running muxers connected to each other."""
-    async with transport() as (a, b):
-        async with mplex.open_muxer(a, config) as left, mplex.open_muxer(
-            b, server_config or config
-        ) as right:
-            yield left, right
+    async with (
+        transport() as (a, b),
+        mplex.open_muxer(a, config) as left,
+        mplex.open_muxer(b, server_config or config) as right,
+    ):
+        yield left, right
 
 
 async def read_all(stream: trio.abc.ReceiveStream) -> bytes:
@@ -124,7 +126,9 @@ class RawPeer:
 
 
 @contextlib.asynccontextmanager
-async def raw_pair(config: mplex.Config | None = None) -> AsyncIterator[tuple[mplex.Muxer, RawPeer]]:
+async def raw_pair(
+    config: mplex.Config | None = None,
+) -> AsyncIterator[tuple[mplex.Muxer, RawPeer]]:
     a, b = trio.testing.memory_stream_pair()
     async with mplex.open_muxer(a, config) as muxer:
         yield muxer, RawPeer(b)

@@ -58,7 +58,9 @@ class TestSpecVectors:
             if not (f is feed_with_trailing and "remaining" in c)
         ],
     )
-    def test_valid_vectors_decode_to_the_expected_frames(self, case: dict[str, Any], feeder: Any) -> None:
+    def test_valid_vectors_decode_to_the_expected_frames(
+        self, case: dict[str, Any], feeder: Any
+    ) -> None:
         frames, decoder = feeder(case)
         assert frames == expected_frames(case)
         extra = 2 if feeder is feed_with_trailing else 0  # the trailing prefix is consumed
@@ -66,14 +68,20 @@ class TestSpecVectors:
 
     @pytest.mark.parametrize("feeder", FEEDERS, ids=lambda f: f.__name__)
     @pytest.mark.parametrize("case", [c for c in VECTORS if "error" in c], ids=lambda c: c["name"])
-    def test_invalid_vectors_raise_the_expected_error(self, case: dict[str, Any], feeder: Any) -> None:
+    def test_invalid_vectors_raise_the_expected_error(
+        self, case: dict[str, Any], feeder: Any
+    ) -> None:
         error = getattr(mplex, case["error"])
         with pytest.raises(error):
             feeder(case)
 
-    @pytest.mark.parametrize("case", [c for c in VECTORS if "error" not in c and c["frames"]], ids=lambda c: c["name"])
+    @pytest.mark.parametrize(
+        "case", [c for c in VECTORS if "error" not in c and c["frames"]], ids=lambda c: c["name"]
+    )
     def test_our_encoder_produces_the_vector_bytes(self, case: dict[str, Any]) -> None:
-        encoded = b"".join(Encoder().frame(f.stream_id, f.flag, f.data) for f in expected_frames(case))
+        encoded = b"".join(
+            Encoder().frame(f.stream_id, f.flag, f.data) for f in expected_frames(case)
+        )
         assert encoded == bytes.fromhex(case["hex"].replace(" ", ""))
 
 
@@ -89,7 +97,9 @@ class TestLimits:
     def test_a_frame_exactly_at_the_limit_is_accepted(self) -> None:
         decoder = Decoder(max_message_size=1 << 20)
         body = bytes(range(256)) * 4096
-        assert decoder.feed(frame(3, Flag.MESSAGE_RECEIVER, body)) == [Frame(3, Flag.MESSAGE_RECEIVER, body)]
+        assert decoder.feed(frame(3, Flag.MESSAGE_RECEIVER, body)) == [
+            Frame(3, Flag.MESSAGE_RECEIVER, body)
+        ]
 
     def test_error_offset_points_at_the_bad_frame(self) -> None:
         decoder = Decoder()
@@ -106,7 +116,9 @@ class TestLimits:
 
     @given(st.lists(st.integers(1, 70000), min_size=1, max_size=6), st.integers(1, 9000))
     @settings(max_examples=40)
-    def test_held_input_never_exceeds_one_frame_plus_one_prefix(self, sizes: list[int], chunk: int) -> None:
+    def test_held_input_never_exceeds_one_frame_plus_one_prefix(
+        self, sizes: list[int], chunk: int
+    ) -> None:
         wire = b"".join(frame(7, Flag.MESSAGE_INITIATOR, b"z" * n) for n in sizes)
         decoder = Decoder()
         limit = max(sizes) + 18
@@ -178,7 +190,9 @@ frame_strategy = st.tuples(
 class TestRoundTrips:
     @given(st.lists(frame_strategy, max_size=30), st.data())
     @settings(max_examples=200)
-    def test_random_frames_survive_random_chunking(self, frames: list[tuple[int, Flag, bytes]], data: st.DataObject) -> None:
+    def test_random_frames_survive_random_chunking(
+        self, frames: list[tuple[int, Flag, bytes]], data: st.DataObject
+    ) -> None:
         wire = b"".join(Encoder().frame(i, f, b) for i, f, b in frames)
         cuts = sorted(data.draw(st.lists(st.integers(0, len(wire)), max_size=10)))
         decoder = Decoder()
@@ -192,7 +206,9 @@ class TestRoundTrips:
 
     @given(st.lists(frame_strategy, max_size=30), st.integers(1, 64))
     @settings(max_examples=100)
-    def test_coalesced_output_is_the_exact_output_merged(self, frames: list[tuple[int, Flag, bytes]], chunk: int) -> None:
+    def test_coalesced_output_is_the_exact_output_merged(
+        self, frames: list[tuple[int, Flag, bytes]], chunk: int
+    ) -> None:
         wire = b"".join(Encoder().frame(i, f, b) for i, f, b in frames)
         exact, merged = Decoder(), Decoder(coalesce=True)
         a: list[Frame] = []
@@ -213,7 +229,9 @@ class TestRoundTrips:
 
     @given(st.binary(max_size=200), st.integers(1, 50))
     @settings(max_examples=300)
-    def test_arbitrary_bytes_only_ever_produce_frames_or_protocol_errors(self, wire: bytes, chunk: int) -> None:
+    def test_arbitrary_bytes_only_ever_produce_frames_or_protocol_errors(
+        self, wire: bytes, chunk: int
+    ) -> None:
         decoder = Decoder(max_message_size=100)
         try:
             for start in range(0, len(wire), chunk):

@@ -2,14 +2,29 @@
 
 from __future__ import annotations
 
+import pytest
 import varint
 from hypothesis import given
 from hypothesis import strategies as st
 
-import pytest
 from mplex import InvalidVarintError, decode_uvarint, encode_uvarint
 
-BOUNDARIES = [0, 1, 127, 128, 255, 16383, 16384, 2**21 - 1, 2**21, 2**28, 2**35, 2**56 - 1, 2**56, 2**63 - 1]
+BOUNDARIES = [
+    0,
+    1,
+    127,
+    128,
+    255,
+    16383,
+    16384,
+    2**21 - 1,
+    2**21,
+    2**28,
+    2**35,
+    2**56 - 1,
+    2**56,
+    2**63 - 1,
+]
 
 
 @pytest.mark.parametrize("value", BOUNDARIES)

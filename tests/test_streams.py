@@ -1,0 +1,235 @@
+"""Stream semantics between two muxers: identity, half-close, reset, splitting."""
+
+from __future__ import annotations
+
+import pytest
+import trio
+import trio.testing
+
+import mplex
+from tests.helpers import muxer_pair, read_all
+
+
+class TestIdentity:
+    async def test_each_side_counts_ids_from_zero(self) -> None:
+        async with muxer_pair() as (left, right):
+            a0, a1 = await left.open_stream(), await left.open_stream()
+            b0 = await right.open_stream()
+            assert (a0.id, a1.id, b0.id) == (0, 1, 0)
+            assert a0.is_initiator and b0.is_initiator
+
+    async def test_id_zero_from_each_side_are_different_streams(self) -> None:
+        async with muxer_pair() as (left, right):
+            mine, theirs = await left.open_stream(), await right.open_stream()
+            await mine.send_all(b"from left")
+            await mine.send_eof()
+            await theirs.send_all(b"from right")
+            await theirs.send_eof()
+            got_left = await left.accept_stream()
+            got_right = await right.accept_stream()
+            assert (got_left.id, got_right.id) == (0, 0)
+            assert not got_left.is_initiator
+            assert await read_all(got_right) == b"from left"
+            assert await read_all(got_left) == b"from right"
+
+    @pytest.mark.parametrize(
+        ("name", "sent"), [(None, "0"), ("chat", "chat"), (b"raw", "raw"), ("é", "é")]
+    )
+    async def test_names_reach_the_peer(self, name: str | bytes | None, sent: str) -> None:
+        async with muxer_pair() as (left, right):
+            stream = await left.open_stream(name)
+            accepted = await right.accept_stream()
+            assert accepted.name == stream.name == sent
+
+    async def test_a_name_that_is_not_utf8_is_kept_raw_and_shown_replaced(self) -> None:
+        async with muxer_pair() as (left, right):
+            await left.open_stream(b"\xff\xfe")
+            accepted = await right.accept_stream()
+            assert accepted.name_bytes == b"\xff\xfe"
+            assert accepted.name == "\ufffd\ufffd"
+
+    async def test_long_names_are_cut_to_the_configured_size(self) -> None:
+        config = mplex.Config(max_stream_name_size=8)
+        async with muxer_pair(config=config) as (left, right):
+            await left.open_stream("x" * 100)
+            assert (await right.accept_stream()).name == "x" * 8
+
+
+class TestHalfClose:
+    async def test_send_eof_delivers_everything_then_eof_and_keeps_the_other_direction(
+        self,
+    ) -> None:
+        async with muxer_pair() as (left, right):
+            stream = await left.open_stream()
+            await stream.send_all(b"request")
+            await stream.send_eof()
+            peer = await right.accept_stream()
+            assert await read_all(peer) == b"request"
+            assert await peer.receive_some() == b""  # EOF stays EOF
+            await peer.send_all(b"response")
+            await peer.send_eof()
+            assert await read_all(stream) == b"response"
+
+    async def test_sending_after_send_eof_is_a_closed_resource_error(self) -> None:
+        async with muxer_pair() as (left, _right):
+            stream = await left.open_stream()
+            await stream.send_eof()
+            with pytest.raises(trio.ClosedResourceError):
+                await stream.send_all(b"late")
+            with pytest.raises(trio.ClosedResourceError):
+                stream.send_nowait(b"late")
+            await stream.send_eof()  # repeating it is fine
+
+    async def test_aclose_ends_both_directions_and_the_peer_sees_eof(self) -> None:
+        async with muxer_pair() as (left, right):
+            stream = await left.open_stream()
+            await stream.send_all(b"bye")
+            await stream.aclose()
+            peer = await right.accept_stream()
+            assert await read_all(peer) == b"bye"
+            with pytest.raises(trio.ClosedResourceError):
+                await stream.receive_some()
+
+    async def test_writing_to_a_stream_the_peer_closed_ends_in_a_reset(self) -> None:
+        async with muxer_pair() as (left, right):
+            stream = await left.open_stream()
+            peer = await right.accept_stream()
+            await peer.aclose()
+            with pytest.raises(mplex.StreamReset) as info, trio.fail_after(10):
+                while True:
+                    await stream.send_all(b"x" * 100)
+            assert info.value.by_peer
+            assert isinstance(info.value, trio.BrokenResourceError)
+
+
+class TestReset:
+    async def test_remote_reset_drains_buffered_data_then_raises(self) -> None:
+        async with muxer_pair() as (left, right):
+            stream = await left.open_stream()
+            await stream.send_all(b"before the reset")
+            stream.reset()
+            peer = await right.accept_stream()
+            with trio.fail_after(10):
+                while peer._state is not mplex._state.StreamState.RESET:
+                    await trio.testing.wait_all_tasks_blocked()
+            assert await peer.receive_some() == b"before the reset"
+            with pytest.raises(mplex.StreamReset):
+                await peer.receive_some()
+            with pytest.raises(mplex.StreamReset):
+                await peer.receive_some()  # it stays reset
+            with pytest.raises(mplex.StreamReset):
+                await peer.send_all(b"x")
+            with pytest.raises(mplex.StreamReset):
+                await peer.send_eof()
+
+    async def test_local_reset_is_idempotent_and_later_calls_say_closed(self) -> None:
+        async with muxer_pair() as (left, _right):
+            stream = await left.open_stream()
+            stream.reset()
+            stream.reset()
+            with pytest.raises(trio.ClosedResourceError):
+                await stream.send_all(b"x")
+            with pytest.raises(trio.ClosedResourceError):
+                await stream.receive_some()
+            await stream.aclose()
+
+    async def test_reset_wakes_a_blocked_reader(self) -> None:
+        async with muxer_pair() as (left, right):
+            stream = await left.open_stream()
+            await stream.send_all(b"")
+            peer = await right.accept_stream()
+
+            async def read() -> None:
+                with pytest.raises(mplex.StreamReset):
+                    await peer.receive_some()
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(read)
+                await trio.testing.wait_all_tasks_blocked()
+                stream.reset()
+
+    async def test_reset_after_eof_keeps_the_eof(self) -> None:
+        async with muxer_pair() as (left, right):
+            stream = await left.open_stream()
+            await stream.send_all(b"complete")
+            await stream.send_eof()
+            peer = await right.accept_stream()
+            assert await read_all(peer) == b"complete"
+            stream.reset()
+            with trio.fail_after(10):
+                with pytest.raises(mplex.StreamReset):
+                    while True:
+                        await peer.send_all(b"x")
+            assert await peer.receive_some() == b""
+
+
+class TestSplitting:
+    @pytest.mark.parametrize("frame_size", [1000, 64 * 1024, 1 << 20])
+    async def test_large_writes_are_split_into_frames_of_at_most_the_limit(
+        self, frame_size: int
+    ) -> None:
+        data = bytes(range(256)) * (3 * 4096 + 7)  # just over 3 MiB
+        a, b = trio.testing.memory_stream_pair()
+        config = mplex.Config(max_send_frame_size=frame_size)
+        async with mplex.open_muxer(a, config) as muxer:
+            stream = await muxer.open_stream()
+            await stream.send_all(data)
+            stream.send_nowait(data)
+            await muxer.aclose()
+        decoder = mplex.Decoder()
+        frames = decoder.feed(await read_all(b))
+        messages = [f for f in frames if f.flag == mplex.Flag.MESSAGE_INITIATOR]
+        assert max(len(f.data) for f in messages) == frame_size
+        assert b"".join(f.data for f in messages) == data + data
+
+    async def test_a_peer_sending_frames_of_exactly_one_mebibyte_is_understood(self) -> None:
+        config = mplex.Config(max_send_frame_size=1 << 20)
+        data = b"\x5a" * (3 << 20)
+        async with muxer_pair(config=config, server_config=mplex.Config()) as (left, right):
+            stream = await left.open_stream()
+
+            async def send() -> None:
+                await stream.send_all(data)
+                await stream.send_eof()
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(send)
+                assert await read_all(await right.accept_stream()) == data
+
+
+class TestManyStreams:
+    async def test_a_thousand_concurrent_streams_each_get_exactly_their_bytes(self) -> None:
+        rng = __import__("random").Random(1234)
+        sizes = [rng.choice([0, 1, 31, 1000, rng.randrange(200_000)]) for _ in range(1000)]
+        payloads = [rng.randbytes(n) for n in sizes]
+        echoed: dict[int, bytes] = {}
+        async with muxer_pair() as (left, right):
+
+            async def echo_server() -> None:
+                async with trio.open_nursery() as nursery:
+                    for _ in payloads:
+                        nursery.start_soon(echo, await right.accept_stream())
+
+            async def echo(stream: mplex.MplexStream) -> None:
+                while data := await stream.receive_some(50_000):
+                    await stream.send_all(data)
+                await stream.aclose()
+
+            async def client(index: int) -> None:
+                stream = await left.open_stream(f"s{index}")
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(send_then_eof, stream, payloads[index])
+                    echoed[index] = await read_all(stream)
+
+            async def send_then_eof(stream: mplex.MplexStream, data: bytes) -> None:
+                for start in range(0, len(data), 7000):
+                    await stream.send_all(data[start : start + 7000])
+                await stream.send_eof()
+
+            with trio.fail_after(120):
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(echo_server)
+                    for index in range(len(payloads)):
+                        nursery.start_soon(client, index)
+        assert [echoed[i] == payloads[i] for i in range(len(payloads))] == [True] * len(payloads)
+        assert len(left._streams) == len(right._streams) == 0
