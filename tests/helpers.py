@@ -132,3 +132,35 @@ async def raw_pair(
     a, b = trio.testing.memory_stream_pair()
     async with mplex.open_muxer(a, config) as muxer:
         yield muxer, RawPeer(b)
+
+
+class CountingStream(trio.abc.Stream):
+    """Wraps a transport and counts its ``send_all`` calls: how well writes coalesce."""
+
+    def __init__(self, inner: trio.abc.Stream) -> None:
+        self.inner = inner
+        self.writes: list[int] = []
+
+    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+        self.writes.append(len(data))
+        await self.inner.send_all(data)
+
+    async def wait_send_all_might_not_block(self) -> None:
+        await self.inner.wait_send_all_might_not_block()
+
+    async def receive_some(self, max_bytes: int | None = None) -> bytes | bytearray:
+        return await self.inner.receive_some(max_bytes)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+async def settle() -> None:
+    """Wait until everything, including the muxers' flushes, has happened.
+
+    The muxer's writer flushes at the moment every task is blocked, using trio's
+    idle detection with no cushion, so a bare ``wait_all_tasks_blocked()`` can wake
+    in the same scheduler pass as the writer and observe the moment before the
+    flush.  A small cushion lets the flush and its delivery finish first.
+    """
+    await trio.testing.wait_all_tasks_blocked(0.01)

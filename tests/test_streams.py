@@ -7,7 +7,7 @@ import trio
 import trio.testing
 
 import mplex
-from tests.helpers import muxer_pair, read_all
+from tests.helpers import muxer_pair, read_all, settle
 
 
 class TestIdentity:
@@ -111,7 +111,7 @@ class TestReset:
             peer = await right.accept_stream()
             with trio.fail_after(10):
                 while peer._state is not mplex._state.StreamState.RESET:
-                    await trio.testing.wait_all_tasks_blocked()
+                    await settle()
             assert await peer.receive_some() == b"before the reset"
             with pytest.raises(mplex.StreamReset):
                 await peer.receive_some()
@@ -145,7 +145,7 @@ class TestReset:
 
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(read)
-                await trio.testing.wait_all_tasks_blocked()
+                await settle()
                 stream.reset()
 
     async def test_reset_after_eof_keeps_the_eof(self) -> None:

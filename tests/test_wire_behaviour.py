@@ -12,7 +12,7 @@ import trio.testing
 
 import mplex
 from mplex import Flag, Frame
-from tests.helpers import frame, raw_pair, read_all
+from tests.helpers import frame, raw_pair, read_all, settle
 
 F = Flag
 
@@ -81,7 +81,7 @@ class TestWhatWeAccept:
                 frame(3, F.MESSAGE_INITIATOR, b"right away"),
                 frame(3, F.CLOSE_INITIATOR),
             )
-            await trio.testing.wait_all_tasks_blocked()
+            await settle()
             stream = await muxer.accept_stream()
             assert stream.name == "early"
             assert await read_all(stream) == b"sent right away"
@@ -156,7 +156,7 @@ class TestWhatWeAccept:
                 frame(0, F.MESSAGE_INITIATOR, b"late"), frame(0, F.MESSAGE_INITIATOR, b"later")
             )
             assert await peer.receive_frames(1) == [Frame(0, F.RESET_RECEIVER, b"")]
-            await trio.testing.wait_all_tasks_blocked()
+            await settle()
             assert peer.frames == []
             assert len(muxer._streams) == 0
 
@@ -164,7 +164,7 @@ class TestWhatWeAccept:
         async with raw_pair() as (muxer, peer):
             await peer.send(frame(0, F.NEW_STREAM), frame(0, F.MESSAGE_INITIATOR, b"unread"))
             stream = await muxer.accept_stream()
-            await trio.testing.wait_all_tasks_blocked()
+            await settle()
             await stream.aclose()
             assert await peer.receive_frames(1) == [Frame(0, F.RESET_RECEIVER, b"")]
 
@@ -239,7 +239,7 @@ class TestLimits:
 
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(opener)
-                await trio.testing.wait_all_tasks_blocked()
+                await settle()
                 assert opened == []
                 await peer.send(frame(0, F.RESET_RECEIVER))  # the peer ends our stream 0
             assert [s.id for s in opened] == [1]

@@ -1,0 +1,196 @@
+"""Muxer lifecycle: start, close, cancellation, and a transport that fails."""
+
+from __future__ import annotations
+
+import pytest
+import trio
+import trio.testing
+
+import mplex
+from mplex import Flag
+from tests.helpers import frame, muxer_pair, raw_pair, read_all, settle
+
+
+class TestStartAndClose:
+    async def test_run_in_the_callers_nursery(self, nursery: trio.Nursery) -> None:
+        a, b = trio.testing.memory_stream_pair()
+        left, right = mplex.Muxer(a), mplex.Muxer(b)
+        await nursery.start(left.run)
+        await nursery.start(right.run)
+        stream = await left.open_stream()
+        await stream.send_all(b"hi")
+        assert await (await right.accept_stream()).receive_some() == b"hi"
+        await left.aclose()
+        await right.aclose()
+
+    async def test_run_twice_is_an_error(self, nursery: trio.Nursery) -> None:
+        muxer = mplex.Muxer(trio.testing.memory_stream_pair()[0])
+        await nursery.start(muxer.run)
+        with pytest.raises(RuntimeError):
+            await muxer.run()
+        await muxer.aclose()
+
+    async def test_aclose_flushes_what_was_queued(self) -> None:
+        a, b = trio.testing.memory_stream_pair()
+        async with mplex.open_muxer(a) as muxer:
+            stream = await muxer.open_stream()
+            for _ in range(1000):
+                stream.send_nowait(b"0123456789")
+            await muxer.aclose()
+        frames = mplex.Decoder().feed(await read_all(b))
+        assert sum(len(f.data) for f in frames if f.flag == Flag.MESSAGE_INITIATOR) == 10_000
+
+    async def test_after_aclose_everything_says_closed_or_lost(self) -> None:
+        async with muxer_pair() as (left, _right):
+            stream = await left.open_stream()
+            await left.aclose()
+            await left.aclose()  # idempotent
+            with pytest.raises(trio.ClosedResourceError):
+                await left.open_stream()
+            with pytest.raises(trio.ClosedResourceError):
+                await left.accept_stream()
+            with pytest.raises(mplex.ConnectionLost):
+                await stream.send_all(b"x")
+            with pytest.raises(mplex.ConnectionLost):
+                await stream.receive_some()
+            assert [s async for s in left] == []
+
+    async def test_a_cancelled_aclose_still_closes(self) -> None:
+        a, b = trio.testing.memory_stream_pair()
+        async with mplex.open_muxer(a) as muxer:
+            stream = await muxer.open_stream()
+            with trio.CancelScope() as scope:
+                scope.cancel()
+                await stream.aclose()
+            with pytest.raises(trio.ClosedResourceError):
+                await stream.send_all(b"x")
+            with trio.CancelScope() as scope:
+                scope.cancel()
+                await muxer.aclose()
+            assert muxer.closed
+        assert await read_all(b) is not None  # the transport was closed: EOF, no hang
+
+    async def test_cancelling_run_ends_every_stream(self) -> None:
+        a, b = trio.testing.memory_stream_pair()
+        muxer = mplex.Muxer(a)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(muxer.run)
+            stream = await muxer.open_stream()
+            nursery.cancel_scope.cancel()
+        assert muxer.closed
+        with pytest.raises(mplex.ConnectionLost, match="cancelled"):
+            await stream.receive_some()
+        await read_all(b)  # the transport was closed
+
+
+class TestTransportEnds:
+    async def test_peer_eof_wakes_every_waiting_task_with_an_error(self) -> None:
+        async with raw_pair(mplex.Config(max_outbound_streams=1)) as (muxer, peer):
+            await peer.send(
+                frame(0, Flag.NEW_STREAM), frame(0, Flag.MESSAGE_INITIATOR, b"buffered")
+            )
+            inbound = await muxer.accept_stream()
+            outbound = await muxer.open_stream()
+            errors: list[str] = []
+
+            async def expect_lost(name: str, fn: object) -> None:
+                try:
+                    await fn()  # type: ignore[operator]
+                except trio.BrokenResourceError as exc:
+                    errors.append(f"{name}: {type(exc).__name__}")
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(expect_lost, "receive", outbound.receive_some)
+                nursery.start_soon(expect_lost, "accept", muxer.accept_stream)
+                nursery.start_soon(expect_lost, "open", muxer.open_stream)
+                await settle()
+                await peer.stream.aclose()
+            assert sorted(errors) == [
+                "accept: ConnectionLost",
+                "open: ConnectionLost",
+                "receive: ConnectionLost",
+            ]
+            assert await inbound.receive_some() == b"buffered"  # data first, then the error
+            with pytest.raises(mplex.ConnectionLost, match="peer closed"):
+                await inbound.receive_some()
+            assert [s async for s in muxer] == []  # a peer's EOF is a clean end
+
+    async def test_a_sender_blocked_on_a_full_buffer_wakes_when_the_transport_breaks(self) -> None:
+        a, b = trio.testing.lockstep_stream_pair()  # send_all blocks until the peer reads
+        config = mplex.Config(send_high_water=1000, max_send_frame_size=100)
+        async with mplex.open_muxer(a, config) as muxer:
+            stream = await muxer.open_stream()
+            errors: list[BaseException] = []
+
+            async def send() -> None:
+                try:
+                    await stream.send_all(b"x" * 100_000)
+                except mplex.ConnectionLost as exc:
+                    errors.append(exc)
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(send)
+                await settle()
+                await b.aclose()
+            assert len(errors) == 1
+            # Whichever loop noticed first: the reader (EOF) or the writer (broken pipe).
+            assert "peer closed the connection" in str(errors[0]) or isinstance(
+                errors[0].__cause__, trio.BrokenResourceError
+            )
+
+    async def test_a_failing_transport_write_is_reported_with_its_cause(self) -> None:
+        a, _b = trio.testing.memory_stream_pair()
+
+        async def fail() -> None:
+            raise trio.BrokenResourceError("cable cut")
+
+        a.send_stream.send_all_hook = fail
+        async with mplex.open_muxer(a) as muxer:
+            stream = await muxer.open_stream()
+            await stream.send_all(b"x")
+            with pytest.raises(mplex.ConnectionLost) as info:
+                await stream.receive_some()
+            assert str(info.value.__cause__) == "cable cut"
+
+
+class TestCancellation:
+    async def test_a_cancelled_send_all_leaves_only_whole_frames(self) -> None:
+        a, b = trio.testing.lockstep_stream_pair()
+        config = mplex.Config(send_high_water=1000, max_send_frame_size=100)
+        data = bytes(range(100)) * 1000
+        async with mplex.open_muxer(a, config) as muxer:
+            stream = await muxer.open_stream()
+            with trio.CancelScope() as scope:
+                async with trio.open_nursery() as nursery:
+
+                    async def cancel_when_blocked() -> None:
+                        await settle()
+                        scope.cancel()
+
+                    nursery.start_soon(cancel_when_blocked)
+                    await stream.send_all(data)
+            await stream.send_all(b"after")  # the stream is still usable
+            await stream.send_eof()
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(muxer.aclose)
+                wire = await read_all(b)
+        decoder = mplex.Decoder()
+        frames = decoder.feed(wire)
+        assert decoder.buffered == 0  # no partial frame
+        sent = b"".join(f.data for f in frames if f.flag == Flag.MESSAGE_INITIATOR)
+        assert sent.endswith(b"after")
+        prefix = sent[: -len(b"after")]
+        assert 0 < len(prefix) < len(data)
+        assert prefix == data[: len(prefix)]
+        assert len(prefix) % 100 == 0
+        assert frames[-1].flag == Flag.CLOSE_INITIATOR
+
+    async def test_a_cancelled_receive_loses_nothing(self) -> None:
+        async with muxer_pair() as (left, right):
+            stream = await left.open_stream()
+            await stream.send_all(b"")
+            peer = await right.accept_stream()
+            with trio.move_on_after(0.01):
+                await peer.receive_some()
+            await stream.send_all(b"still here")
+            assert await peer.receive_some() == b"still here"
