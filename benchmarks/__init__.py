@@ -1,0 +1,1 @@
+"""Benchmarks of trio-mplex against baselines measured in the same run."""
