@@ -10,13 +10,16 @@ they append whole encoded frames to ``_outbuf``, one bytearray shared by the
 connection, synchronously.  That is what makes sending cheap (no await per frame),
 atomic (a frame is appended whole or not at all, so cancellation cannot split one)
 and coalesced (everything queued since the last write leaves in one ``send_all``).
-When to write is the subtle part.  Writing as soon as any sender yields would cost
-one transport write per message; instead, once data is queued, the writer waits until
-every other task is blocked (``wait_all_tasks_blocked``: the scheduler is about to go
-idle), then takes the whole buffer.  A lone message therefore leaves as soon as its
-sender waits for anything, and a busy sender's messages pile up into large writes.
-Two bounds keep this honest: the writer is woken early once ``_FLUSH_AT`` bytes are
-queued, and never waits longer than ``Config.max_flush_delay`` for idleness.  Senders
+When to write is the subtle part.  After a quiet spell, the first frame wakes the
+writer, which sends it at once together with whatever else that scheduler pass
+queued: a lone message waits for nothing.  But writing as soon as any sender yields
+would cost one transport write per message when a task sends in a loop; so when frames
+have piled up *during* a write, the program is busy sending, and the writer waits
+until every other task is blocked (``wait_all_tasks_blocked``: the scheduler is about
+to go idle) before taking the whole buffer, so a busy sender's messages leave in large
+writes.  Two bounds keep this honest: the writer is woken early once ``_FLUSH_AT``
+bytes are queued, and never waits longer than ``Config.max_flush_delay`` for
+idleness.  Senders
 wait (``send_all``) or get ``trio.WouldBlock`` (``send_nowait``) while more than
 ``Config.send_high_water`` bytes are queued, so memory stays bounded and the
 transport's backpressure reaches every sender.
@@ -299,8 +302,15 @@ class Muxer:
             if not self._outbuf:
                 self._writer_parked = True
                 await self._writer_lot.park()
-                continue
-            if len(self._outbuf) < _FLUSH_AT:
+                # Woken by the first frame after a quiet spell: send it now, with
+                # whatever else the same scheduler pass queued.  A lone message waits
+                # for nothing.
+                if not self._outbuf:
+                    continue
+            elif len(self._outbuf) < _FLUSH_AT:
+                # Frames piled up while we were writing: the program is busy sending.
+                # Let it go on until it blocks (or 64 KiB are queued, or the delay
+                # bound passes) and send everything in one write.
                 with trio.move_on_after(delay) as scope:
                     self._idle_scope = scope
                     await wait_all_tasks_blocked()

@@ -73,41 +73,40 @@ async def test_a_lone_message_leaves_without_waiting_for_a_timer(
         assert trio.current_time() == start
 
 
-async def test_a_busy_program_still_flushes_within_the_delay_bound(
+async def test_a_busy_sender_is_coalesced_and_flushed_within_the_delay_bound(
     mock_clock: trio.testing.MockClock,
 ) -> None:
-    # A task that never lets the scheduler go idle, moving the (frozen) clock on by
-    # 0.1 ms per step: the frame must still leave within Config.max_flush_delay.
+    # A task that queues a frame on every scheduler pass and never lets the program go
+    # idle, moving the frozen clock on by 0.1 ms per pass.  Its frames must leave in
+    # multi-frame writes, none of them waiting longer than Config.max_flush_delay.
     a, b = trio.testing.memory_stream_pair()
-    step = 0.0001
-    config = mplex.Config(max_flush_delay=0.002)
-    async with mplex.open_muxer(a, config) as muxer:
+    wire = CountingStream(a)
+    write_times: list[float] = []
+    inner_send = wire.send_all
+
+    async def timed_send(data: bytes | bytearray | memoryview) -> None:
+        write_times.append(trio.current_time())
+        await inner_send(data)
+
+    wire.send_all = timed_send  # type: ignore[method-assign]
+    step, delay = 0.0001, 0.002
+    async with mplex.open_muxer(wire, mplex.Config(max_flush_delay=delay)) as muxer:
         stream = await muxer.open_stream()
         await settle()
-        done = trio.Event()
-        arrived_at: list[float] = []
-
-        async def busy() -> None:
-            while not done.is_set():
-                mock_clock.jump(step)
-                await trio.lowlevel.checkpoint()
-
-        async def watch() -> None:
-            decoder = mplex.Decoder()
-            while not arrived_at:
-                if any(f.data == b"late" for f in decoder.feed(await b.receive_some())):
-                    arrived_at.append(trio.current_time())
-            done.set()
-
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(busy)
-            nursery.start_soon(watch)
+        first_write = len(write_times)
+        start = trio.current_time()
+        for _ in range(400):  # 40 ms of virtual time
+            stream.send_nowait(b"z" * 10)
+            mock_clock.jump(step)
             await trio.lowlevel.checkpoint()
-            start = trio.current_time()
-            stream.send_nowait(b"late")
-        # The deadline (not idleness) sent it; a few scheduler passes, each moving the
-        # clock one step, go to waking the writer and delivering to the reader.
-        assert 0.002 - step <= arrived_at[0] - start <= 0.002 + 6 * step
+        await settle()
+        await b.aclose()
+    times = [start, *write_times[first_write:]]
+    gaps = [later - earlier for earlier, later in zip(times, times[1:], strict=False)]
+    # The writer waits at most `delay` for idleness; a write and the start of the
+    # next wait take a few more scheduler passes (each moves the clock one step).
+    assert max(gaps) <= delay + 8 * step
+    assert len(gaps) < 400 // 10  # coalesced: far fewer writes than frames
 
 
 async def test_interleaved_senders_each_keep_their_own_order() -> None:

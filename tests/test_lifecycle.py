@@ -169,11 +169,17 @@ class TestCancellation:
 
                     nursery.start_soon(cancel_when_blocked)
                     await stream.send_all(data)
-            await stream.send_all(b"after")  # the stream is still usable
-            await stream.send_eof()
+            received: list[bytes] = []
+
+            async def read_peer() -> None:
+                received.append(await read_all(b))
+
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(muxer.aclose)
-                wire = await read_all(b)
+                nursery.start_soon(read_peer)  # lockstep: the writer needs a reader
+                await stream.send_all(b"after")  # the stream is still usable
+                await stream.send_eof()
+                await muxer.aclose()
+            wire = received[0]
         decoder = mplex.Decoder()
         frames = decoder.feed(wire)
         assert decoder.buffered == 0  # no partial frame
