@@ -49,7 +49,6 @@ def cases(quick: bool, only: set[str]) -> list[Case]:
     scale = 100 if quick else 1
     n32 = 3_276_800 // scale  # 105 MB in 32-byte chunks (1.05 MB when --quick)
     small = {"case": "small", "size": 32, "count": n32}
-    py_small = {**small, "count": 327_680 // scale}  # 10.5 MB: py-libp2p takes minutes on 105 MB
     all_cases = [
         Case(
             "32B",
@@ -83,16 +82,32 @@ def cases(quick: bool, only: set[str]) -> list[Case]:
             "fan-out",
             f"100 streams x {1024 // scale} KiB in 1 KiB sends, concurrently",
             [
-                Run("mplex", "mplex", {"case": "fanout", "streams": 100, "size": 1024, "count": 1024 // scale}),
-                Run("raw, 100 connections", "raw", {"case": "fanout", "streams": 100, "size": 1024, "count": 1024 // scale}),
+                Run(
+                    "mplex",
+                    "mplex",
+                    {"case": "fanout", "streams": 100, "size": 1024, "count": 1024 // scale},
+                ),
+                Run(
+                    "raw, 100 connections",
+                    "raw",
+                    {"case": "fanout", "streams": 100, "size": 1024, "count": 1024 // scale},
+                ),
             ],
         ),
         Case(
             "request/response",
             f"100 workers x {5000 // scale // 100 or 1} requests: open, 32 B, close, 32 B reply",
             [
-                Run("mplex", "mplex", {"case": "reqresp", "streams": 100, "count": max(1, 50 // scale)}),
-                Run("raw, 100 connections", "raw", {"case": "reqresp", "streams": 100, "count": max(1, 50 // scale)}),
+                Run(
+                    "mplex",
+                    "mplex",
+                    {"case": "reqresp", "streams": 100, "count": max(1, 50 // scale)},
+                ),
+                Run(
+                    "raw, 100 connections",
+                    "raw",
+                    {"case": "reqresp", "streams": 100, "count": max(1, 50 // scale)},
+                ),
             ],
         ),
         Case(
@@ -100,18 +115,41 @@ def cases(quick: bool, only: set[str]) -> list[Case]:
             f"{10_000 // scale} sequential 32 B round trips on one stream",
             [
                 Run("mplex", "mplex", {"case": "latency", "count": 10_000 // scale}, "p50_us"),
-                Run("raw trio socket", "raw", {"case": "latency", "count": 10_000 // scale}, "p50_us"),
+                Run(
+                    "raw trio socket",
+                    "raw",
+                    {"case": "latency", "count": 10_000 // scale},
+                    "p50_us",
+                ),
             ],
         ),
         Case(
             "fairness",
             f"32 B ping-pong while another stream sends {256 // scale} MiB in 16 MiB sends",
-            [Run("mplex", "mplex", {"case": "fairness", "size": 16 * MIB if not quick else MIB, "count": 16 if not quick else 2}, "p99_us")],
+            [
+                Run(
+                    "mplex",
+                    "mplex",
+                    {
+                        "case": "fairness",
+                        "size": 16 * MIB if not quick else MIB,
+                        "count": 16 if not quick else 2,
+                    },
+                    "p99_us",
+                )
+            ],
         ),
         Case(
             "idle streams",
             f"RSS growth per idle open stream, {10_000 // scale} streams",
-            [Run("mplex", "mplex", {"case": "idle", "streams": 10_000 // scale}, "bytes_per_stream")],
+            [
+                Run(
+                    "mplex",
+                    "mplex",
+                    {"case": "idle", "streams": 10_000 // scale},
+                    "bytes_per_stream",
+                )
+            ],
         ),
     ]
     return [c for c in all_cases if not only or c.name in only]
@@ -151,27 +189,52 @@ def run_once(run: Run, timeout: float) -> dict[str, Any]:
             "    print('{\"seconds\": %r}' % (time.perf_counter() - t))\n"
             f"trio.run(main, {run.args['count']})\n"
         )
-        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout, env=env, check=True)
+        out = subprocess.run(
+            [sys.executable, "-c", code],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=env,
+            check=True,
+        )
         return last_json(out.stdout)
     if run.impl == "memory":
-        out = subprocess.run(peer_command("memory", run), capture_output=True, text=True, timeout=timeout, env=env, check=True)
+        out = subprocess.run(
+            peer_command("memory", run),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=env,
+            check=True,
+        )
         return last_json(out.stdout)
     server = subprocess.Popen(
-        peer_command("server", run), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+        peer_command("server", run),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
     )
     try:
         assert server.stdout is not None
         ready = server.stdout.readline()
         if not ready.startswith("READY"):
-            raise RuntimeError(f"server did not start: {ready!r} {server.stderr.read() if server.stderr else ''}")
+            raise RuntimeError(
+                f"server did not start: {ready!r} {server.stderr.read() if server.stderr else ''}"
+            )
         port = int(ready.split()[1])
         client = subprocess.run(
-            peer_command("client", run, port), capture_output=True, text=True, timeout=timeout, env=env, check=False
+            peer_command("client", run, port),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=env,
+            check=False,
         )
         if client.returncode:
             raise RuntimeError(f"client failed: {client.stderr[-2000:]}")
         result = last_json(client.stdout)
-        rest, errors = server.communicate(timeout=timeout)
+        rest, _ = server.communicate(timeout=timeout)
         result["server_peak_rss"] = last_json(rest)["peak_rss"]
         return result
     finally:
@@ -299,6 +362,9 @@ def main(argv: list[str] | None = None) -> int:
     run_suite(suite, runs, timeout=120 if args.quick else 600)
     table = rows(suite)
     print(render(table))
+    from benchmarks.report import targets_text
+
+    print("\nTargets (issue 3):\n" + targets_text(suite))
     print(f"\n{runs} run(s) per implementation, medians; {time.monotonic() - started:.0f} s in all.")
     saved = args.json or RESULTS_DIR / ("quick.json" if args.quick else "latest.json")
     saved.parent.mkdir(parents=True, exist_ok=True)

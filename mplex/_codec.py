@@ -110,9 +110,7 @@ class Encoder:
             raise ValueError(f"frame_size must be in 1..{MAX_MESSAGE_SIZE}, got {frame_size}")
         self.frame_size = frame_size
 
-    def frame(
-        self, stream_id: int, flag: Flag, data: bytes | bytearray | memoryview = b""
-    ) -> bytes:
+    def frame(self, stream_id: int, flag: Flag, data: bytes | bytearray | memoryview = b"") -> bytes:
         """Encode exactly one frame; ``data`` must fit in ``frame_size``."""
         if not 0 <= stream_id <= MAX_STREAM_ID:
             raise ValueError(f"stream id out of range: {stream_id}")
@@ -120,9 +118,7 @@ class Encoder:
             raise ValueError(f"{len(data)} bytes do not fit one frame of {self.frame_size}")
         return encode_uvarint(stream_id << 3 | flag) + encode_uvarint(len(data)) + data
 
-    def frames(
-        self, stream_id: int, flag: Flag, data: bytes | bytearray | memoryview
-    ) -> Iterator[bytes]:
+    def frames(self, stream_id: int, flag: Flag, data: bytes | bytearray | memoryview) -> Iterator[bytes]:
         """Encode ``data`` as as many frames of at most ``frame_size`` bytes as it needs."""
         view = memoryview(data)
         size = self.frame_size

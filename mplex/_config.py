@@ -96,8 +96,7 @@ class Config:
             )
         if self.slow_reader_policy not in _POLICIES:
             raise ValueError(
-                f"Config.slow_reader_policy must be one of {_POLICIES}, "
-                f"got {self.slow_reader_policy!r}"
+                f"Config.slow_reader_policy must be one of {_POLICIES}, got {self.slow_reader_policy!r}"
             )
         if self.max_connection_buffer < self.max_stream_buffer:
             raise ValueError("Config.max_connection_buffer must be >= max_stream_buffer")

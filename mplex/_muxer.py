@@ -391,22 +391,15 @@ class Muxer:
     def _on_new_stream(self, stream_id: int, name: bytes) -> None:
         key = stream_id << 1
         if key in self._streams:
-            raise ProtocolError(
-                f"NewStream for stream {stream_id}, which the peer already has open"
-            )
+            raise ProtocolError(f"NewStream for stream {stream_id}, which the peer already has open")
         config = self.config
-        if (
-            self._inbound >= config.max_inbound_streams
-            or len(self._backlog) >= config.accept_backlog
-        ):
+        if self._inbound >= config.max_inbound_streams or len(self._backlog) >= config.accept_backlog:
             self.stats.streams_refused += 1
             self._remember(key)
             self._queue_control(stream_id, Flag.RESET_RECEIVER)
             return
         self._tombstones.pop(key, None)
-        stream = MplexStream(
-            self, stream_id, name[: config.max_stream_name_size], is_initiator=False
-        )
+        stream = MplexStream(self, stream_id, name[: config.max_stream_name_size], is_initiator=False)
         self._streams[key] = stream
         self._inbound += 1
         self._backlog.append(stream)
@@ -514,9 +507,7 @@ def _buffered(stream: MplexStream) -> int:
 
 
 @contextlib.asynccontextmanager
-async def open_muxer(
-    transport_stream: trio.abc.Stream, config: Config | None = None
-) -> AsyncIterator[Muxer]:
+async def open_muxer(transport_stream: trio.abc.Stream, config: Config | None = None) -> AsyncIterator[Muxer]:
     """Run a ``Muxer`` for the duration of an ``async with`` block.
 
     On exit the muxer is closed (queued frames are flushed first) and its tasks end.

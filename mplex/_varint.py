@@ -67,7 +67,5 @@ def decode_uvarint(data: bytes | bytearray | memoryview, pos: int = 0) -> tuple[
             return value, pos
         shift += 7
         if pos - start >= MAX_VARINT_BYTES:
-            raise InvalidVarintError(
-                f"varint is longer than {MAX_VARINT_BYTES} bytes", offset=start
-            )
+            raise InvalidVarintError(f"varint is longer than {MAX_VARINT_BYTES} bytes", offset=start)
     return None

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import trio
 import trio.testing
 
@@ -26,9 +28,7 @@ async def test_frames_from_many_senders_leave_in_one_write() -> None:
                 nursery.start_soon(stream.send_all, b"x" * 32)
         await settle()
         assert len(wire.writes) - before == 1
-        assert wire.writes[-1] == sum(
-            len(frame(s.id, Flag.MESSAGE_INITIATOR, b"x" * 32)) for s in streams
-        )
+        assert wire.writes[-1] == sum(len(frame(s.id, Flag.MESSAGE_INITIATOR, b"x" * 32)) for s in streams)
     await peer.aclose()
 
 
@@ -102,7 +102,7 @@ async def test_a_busy_sender_is_coalesced_and_flushed_within_the_delay_bound(
         await settle()
         await b.aclose()
     times = [start, *write_times[first_write:]]
-    gaps = [later - earlier for earlier, later in zip(times, times[1:], strict=False)]
+    gaps = [later - earlier for earlier, later in itertools.pairwise(times)]
     # The writer waits at most `delay` for idleness; a write and the start of the
     # next wait take a few more scheduler passes (each moves the clock one step).
     assert max(gaps) <= delay + 8 * step

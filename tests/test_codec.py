@@ -58,9 +58,7 @@ class TestSpecVectors:
             if not (f is feed_with_trailing and "remaining" in c)
         ],
     )
-    def test_valid_vectors_decode_to_the_expected_frames(
-        self, case: dict[str, Any], feeder: Any
-    ) -> None:
+    def test_valid_vectors_decode_to_the_expected_frames(self, case: dict[str, Any], feeder: Any) -> None:
         frames, decoder = feeder(case)
         assert frames == expected_frames(case)
         extra = 2 if feeder is feed_with_trailing else 0  # the trailing prefix is consumed
@@ -68,9 +66,7 @@ class TestSpecVectors:
 
     @pytest.mark.parametrize("feeder", FEEDERS, ids=lambda f: f.__name__)
     @pytest.mark.parametrize("case", [c for c in VECTORS if "error" in c], ids=lambda c: c["name"])
-    def test_invalid_vectors_raise_the_expected_error(
-        self, case: dict[str, Any], feeder: Any
-    ) -> None:
+    def test_invalid_vectors_raise_the_expected_error(self, case: dict[str, Any], feeder: Any) -> None:
         error = getattr(mplex, case["error"])
         with pytest.raises(error):
             feeder(case)
@@ -79,9 +75,7 @@ class TestSpecVectors:
         "case", [c for c in VECTORS if "error" not in c and c["frames"]], ids=lambda c: c["name"]
     )
     def test_our_encoder_produces_the_vector_bytes(self, case: dict[str, Any]) -> None:
-        encoded = b"".join(
-            Encoder().frame(f.stream_id, f.flag, f.data) for f in expected_frames(case)
-        )
+        encoded = b"".join(Encoder().frame(f.stream_id, f.flag, f.data) for f in expected_frames(case))
         assert encoded == bytes.fromhex(case["hex"].replace(" ", ""))
 
 
@@ -97,9 +91,7 @@ class TestLimits:
     def test_a_frame_exactly_at_the_limit_is_accepted(self) -> None:
         decoder = Decoder(max_message_size=1 << 20)
         body = bytes(range(256)) * 4096
-        assert decoder.feed(frame(3, Flag.MESSAGE_RECEIVER, body)) == [
-            Frame(3, Flag.MESSAGE_RECEIVER, body)
-        ]
+        assert decoder.feed(frame(3, Flag.MESSAGE_RECEIVER, body)) == [Frame(3, Flag.MESSAGE_RECEIVER, body)]
 
     def test_error_offset_points_at_the_bad_frame(self) -> None:
         decoder = Decoder()
@@ -116,9 +108,7 @@ class TestLimits:
 
     @given(st.lists(st.integers(1, 70000), min_size=1, max_size=6), st.integers(1, 9000))
     @settings(max_examples=40)
-    def test_held_input_never_exceeds_one_frame_plus_one_prefix(
-        self, sizes: list[int], chunk: int
-    ) -> None:
+    def test_held_input_never_exceeds_one_frame_plus_one_prefix(self, sizes: list[int], chunk: int) -> None:
         wire = b"".join(frame(7, Flag.MESSAGE_INITIATOR, b"z" * n) for n in sizes)
         decoder = Decoder()
         limit = max(sizes) + 18

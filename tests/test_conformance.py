@@ -21,9 +21,7 @@ CLOG_CONFIG = mplex.Config(
 )
 
 
-def stream_maker(
-    nursery: trio.Nursery, transport: Any, config: mplex.Config | None = None
-) -> Maker:
+def stream_maker(nursery: trio.Nursery, transport: Any, config: mplex.Config | None = None) -> Maker:
     async def make() -> tuple[mplex.MplexStream, mplex.MplexStream]:
         # The muxers run in the test's nursery, which outlives every stream pair.
         a, b = await transport()

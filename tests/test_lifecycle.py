@@ -86,9 +86,7 @@ class TestStartAndClose:
 class TestTransportEnds:
     async def test_peer_eof_wakes_every_waiting_task_with_an_error(self) -> None:
         async with raw_pair(mplex.Config(max_outbound_streams=1)) as (muxer, peer):
-            await peer.send(
-                frame(0, Flag.NEW_STREAM), frame(0, Flag.MESSAGE_INITIATOR, b"buffered")
-            )
+            await peer.send(frame(0, Flag.NEW_STREAM), frame(0, Flag.MESSAGE_INITIATOR, b"buffered"))
             inbound = await muxer.accept_stream()
             outbound = await muxer.open_stream()
             errors: list[str] = []

@@ -32,9 +32,7 @@ class TestIdentity:
             assert await read_all(got_right) == b"from left"
             assert await read_all(got_left) == b"from right"
 
-    @pytest.mark.parametrize(
-        ("name", "sent"), [(None, "0"), ("chat", "chat"), (b"raw", "raw"), ("é", "é")]
-    )
+    @pytest.mark.parametrize(("name", "sent"), [(None, "0"), ("chat", "chat"), (b"raw", "raw"), ("é", "é")])
     async def test_names_reach_the_peer(self, name: str | bytes | None, sent: str) -> None:
         async with muxer_pair() as (left, right):
             stream = await left.open_stream(name)
@@ -165,9 +163,7 @@ class TestReset:
 
 class TestSplitting:
     @pytest.mark.parametrize("frame_size", [1000, 64 * 1024, 1 << 20])
-    async def test_large_writes_are_split_into_frames_of_at_most_the_limit(
-        self, frame_size: int
-    ) -> None:
+    async def test_large_writes_are_split_into_frames_of_at_most_the_limit(self, frame_size: int) -> None:
         data = bytes(range(256)) * (3 * 4096 + 7)  # just over 3 MiB
         a, b = trio.testing.memory_stream_pair()
         config = mplex.Config(max_send_frame_size=frame_size)

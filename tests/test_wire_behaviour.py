@@ -152,9 +152,7 @@ class TestWhatWeAccept:
             stream = await muxer.accept_stream()
             await stream.aclose()
             assert await peer.receive_frames(1) == [Frame(0, F.CLOSE_RECEIVER, b"")]
-            await peer.send(
-                frame(0, F.MESSAGE_INITIATOR, b"late"), frame(0, F.MESSAGE_INITIATOR, b"later")
-            )
+            await peer.send(frame(0, F.MESSAGE_INITIATOR, b"late"), frame(0, F.MESSAGE_INITIATOR, b"later"))
             assert await peer.receive_frames(1) == [Frame(0, F.RESET_RECEIVER, b"")]
             await settle()
             assert peer.frames == []
