@@ -10,7 +10,10 @@ STAMP := $(VENV)/.installed
 TRIO_MIN := 0.27.0
 MIN_VENV := .venv-trio-min
 
-.PHONY: test test-fast test-min lint bench bench-quick clean
+JS_DIR := benchmarks/js
+JS_STAMP := $(JS_DIR)/node_modules/.installed
+
+.PHONY: test test-min lint bench bench-quick clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -24,7 +27,12 @@ lint: $(STAMP)
 	$(BIN)/ruff check mplex tests benchmarks
 	$(BIN)/mypy --strict mplex
 
-test: lint $(STAMP)
+# The js peer is pinned by package-lock.json; npm ci installs exactly that.
+$(JS_STAMP): $(JS_DIR)/package.json $(JS_DIR)/package-lock.json
+	cd $(JS_DIR) && npm ci --no-audit --no-fund
+	touch $@
+
+test: lint $(STAMP) $(JS_STAMP)
 	$(BIN)/python -m pytest
 	$(MAKE) test-min
 
@@ -38,11 +46,11 @@ $(MIN_VENV)/.installed: pyproject.toml
 	$(MIN_VENV)/bin/python -m pip install -q -e '.[test]' 'trio==$(TRIO_MIN)'
 	touch $@
 
-bench: $(STAMP)
-	$(BIN)/python -m benchmarks
+bench: $(STAMP) $(JS_STAMP)
+	$(BIN)/python -m benchmarks --write-results
 
-bench-quick: $(STAMP)
+bench-quick: $(STAMP) $(JS_STAMP)
 	$(BIN)/python -m benchmarks --quick
 
 clean:
-	rm -rf $(VENV) $(MIN_VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(MIN_VENV) $(JS_DIR)/node_modules .pytest_cache .mypy_cache .ruff_cache

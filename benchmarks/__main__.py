@@ -59,6 +59,9 @@ def cases(quick: bool, only: set[str]) -> list[Case]:
                 Run("mplex send_nowait, memory", "memory", {**small, "api": "nowait"}),
                 Run("framing floor", "floor", {**small, "case": "floor"}),
                 Run("bare checkpoints", "checkpoint", {"count": n32}),
+                Run("js-libp2p mplex", "js", small),
+                # py-libp2p takes minutes for 105 MB: it runs a tenth of it (10.5 MB).
+                Run("py-libp2p mplex (10.5 MB)", "pylibp2p", {**small, "count": 327_680 // scale}),
             ],
         ),
         *[
@@ -90,6 +93,11 @@ def cases(quick: bool, only: set[str]) -> list[Case]:
                 Run(
                     "raw, 100 connections",
                     "raw",
+                    {"case": "fanout", "streams": 100, "size": 1024, "count": 1024 // scale},
+                ),
+                Run(
+                    "js-libp2p mplex",
+                    "js",
                     {"case": "fanout", "streams": 100, "size": 1024, "count": 1024 // scale},
                 ),
             ],
@@ -158,12 +166,26 @@ def cases(quick: bool, only: set[str]) -> list[Case]:
 # --- running --------------------------------------------------------------------------
 
 
+JS_PEER = HERE / "js" / "peer.mjs"
+
+
 def peer_command(role: str, run: Run, port: int = 0) -> list[str]:
-    command = [sys.executable, "-m", "benchmarks.peer", role, "--impl", _peer_impl(run.impl)]
+    if run.impl == "js":
+        command = ["node", str(JS_PEER), role]
+        if role == "client":
+            command += ["--port", str(port)]
+            for key, value in run.args.items():
+                command += [f"--{key}", str(value)]
+        return command
+    if run.impl == "pylibp2p":
+        command = [sys.executable, "-m", "benchmarks.pylibp2p_peer", role]
+    else:
+        command = [sys.executable, "-m", "benchmarks.peer", role, "--impl", _peer_impl(run.impl)]
     if port:
         command += ["--port", str(port)]
-    for key, value in run.args.items():
-        command += [f"--{key}", str(value)]
+    if role != "server":
+        for key, value in run.args.items():
+            command += [f"--{key}", str(value)]
     return command
 
 

@@ -1,0 +1,159 @@
+// One side of a benchmark run with js-libp2p's @libp2p/mplex 12 over a TCP socket.
+// Same protocol as benchmarks/peer.py: the server prints "READY <port>", serves one
+// connection (first byte of a stream: S = sink and answer the byte count, E = echo),
+// and both sides print their measurements as one JSON line.
+//
+//   node peer.mjs server
+//   node peer.mjs client --port P --case small|fanout --size N --count N [--streams N]
+
+// @libp2p/utils 7.4 calls Promise.withResolvers, which node 20 lacks.
+if (typeof Promise.withResolvers !== 'function') {
+  Promise.withResolvers = function () {
+    let resolve, reject
+    const promise = new Promise((res, rej) => { resolve = res; reject = rej })
+    return { promise, resolve, reject }
+  }
+}
+
+import net from 'node:net'
+import { once } from 'node:events'
+import { mplex } from '@libp2p/mplex'
+import { AbstractMultiaddrConnection } from '@libp2p/utils'
+import { defaultLogger } from '@libp2p/logger'
+import { multiaddr } from '@multiformats/multiaddr'
+
+// A MultiaddrConnection over a net.Socket, written the way js-libp2p's TCP transport
+// does it: one socket.write per buffer, stop at the first write that asks for a drain.
+class SocketConnection extends AbstractMultiaddrConnection {
+  constructor (socket, direction) {
+    super({
+      log: defaultLogger().forComponent('bench:conn'),
+      direction,
+      remoteAddr: multiaddr(`/ip4/127.0.0.1/tcp/${socket.remotePort}`)
+    })
+    this.socket = socket
+    socket.setNoDelay(true)
+    socket.on('data', (buf) => this.onData(buf))
+    socket.on('drain', () => this.safeDispatchEvent('drain'))
+    socket.once('end', () => this.onTransportClosed())
+    socket.once('close', () => this.onTransportClosed())
+    socket.on('error', (err) => this.abort(err))
+  }
+
+  sendData (data) {
+    let sentBytes = 0
+    let canSendMore = true
+    for (const buf of data) {
+      sentBytes += buf.byteLength
+      canSendMore = this.socket.write(buf)
+      if (!canSendMore) break
+    }
+    return { sentBytes, canSendMore }
+  }
+
+  async sendClose () {
+    if (this.socket.destroyed) return
+    this.socket.end()
+    await once(this.socket, 'close')
+  }
+
+  sendReset () { this.socket.resetAndDestroy() }
+  sendPause () { this.socket.pause() }
+  sendResume () { this.socket.resume() }
+}
+
+// The library's default disconnectThreshold (5 new streams per second) would kill the
+// fan-out case; raise it as the library's own compliance tests do.
+const factory = mplex({ disconnectThreshold: Infinity })()
+
+function peakRss () { return process.resourceUsage().maxRSS * 1024 }
+function emit (fields) { console.log(JSON.stringify({ ...fields, peak_rss: peakRss() })) }
+
+// Wait for the next 'message' (or the end) on a stream.
+function reader (stream) {
+  const queue = []
+  let waiting = null
+  let ended = false
+  stream.addEventListener('message', (evt) => {
+    const data = evt.data.subarray ? evt.data.subarray() : evt.data
+    queue.push(data)
+    if (waiting) { const w = waiting; waiting = null; w() }
+  })
+  const end = () => { ended = true; if (waiting) { const w = waiting; waiting = null; w() } }
+  stream.addEventListener('remoteCloseWrite', end)
+  stream.addEventListener('close', end)
+  return async function next () {
+    while (queue.length === 0 && !ended) await new Promise((resolve) => { waiting = resolve })
+    return queue.length ? queue.shift() : null
+  }
+}
+
+async function send (stream, data) {
+  if (!stream.send(data)) await once(stream, 'drain')
+}
+
+async function serveStream (stream) {
+  const next = reader(stream)
+  let first = await next()
+  if (first === null) return
+  const mode = first[0]
+  let rest = first.subarray(1)
+  if (mode === 0x53) { // 'S'
+    let count = rest.byteLength
+    for (let chunk; (chunk = await next()) !== null;) count += chunk.byteLength
+    const answer = Buffer.alloc(8)
+    answer.writeBigUInt64BE(BigInt(count))
+    await send(stream, answer)
+  } else {
+    if (rest.byteLength) await send(stream, rest)
+    for (let chunk; (chunk = await next()) !== null;) await send(stream, chunk)
+  }
+  await stream.close()
+}
+
+async function server () {
+  const srv = net.createServer((socket) => {
+    const muxer = factory.createStreamMuxer(new SocketConnection(socket, 'inbound'))
+    muxer.addEventListener('stream', (evt) => { serveStream(evt.detail).catch(() => {}) })
+    socket.once('close', () => { srv.close(); emit({ role: 'server' }) })
+  })
+  srv.listen(0, '127.0.0.1', () => console.log(`READY ${srv.address().port}`))
+}
+
+async function sinkAck (stream, expected) {
+  const next = reader(stream)
+  await stream.close()
+  const parts = []
+  for (let chunk; (chunk = await next()) !== null;) parts.push(chunk)
+  const count = Number(Buffer.concat(parts).readBigUInt64BE(0))
+  if (count !== expected) throw new Error(`server counted ${count}, expected ${expected}`)
+}
+
+async function client (opts) {
+  const socket = net.connect(opts.port, '127.0.0.1')
+  await once(socket, 'connect')
+  const muxer = factory.createStreamMuxer(new SocketConnection(socket, 'outbound'))
+  const chunk = new Uint8Array(opts.size).fill(0x78)
+  const one = async () => {
+    const stream = await muxer.createStream()
+    await send(stream, new Uint8Array([0x53]))
+    for (let i = 0; i < opts.count; i++) await send(stream, chunk)
+    await sinkAck(stream, opts.count * opts.size)
+  }
+  const start = performance.now()
+  const streams = opts.case === 'fanout' ? opts.streams : 1
+  await Promise.all(Array.from({ length: streams }, one))
+  const seconds = (performance.now() - start) / 1000
+  emit({ role: 'client', seconds, bytes: opts.count * opts.size * streams })
+  await muxer.close()
+  socket.destroy()
+}
+
+const [role, ...rest] = process.argv.slice(2)
+const opts = { port: 0, case: 'small', size: 32, count: 1000, streams: 1 }
+for (let i = 0; i < rest.length; i += 2) {
+  const key = rest[i].replace(/^--/, '')
+  opts[key] = key === 'case' ? rest[i + 1] : Number(rest[i + 1])
+}
+if (role === 'server') server()
+else client(opts).catch((err) => { console.error(err); process.exit(1) })

@@ -1,0 +1,36 @@
+"""The benchmark harness runs end to end (tiny sizes), with every baseline present.
+
+Timings are not checked here (they belong to `make bench`); this proves the harness,
+the js-libp2p peer and the py-libp2p peer work, so `make bench` cannot rot unnoticed.
+A missing node or py-libp2p fails this test.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import subprocess
+import sys
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+def test_quick_suite_produces_every_case_and_baseline(tmp_path: pathlib.Path) -> None:
+    out = tmp_path / "quick.json"
+    result = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "--quick", "--json", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    saved = json.loads(out.read_text())
+    labels = {(case, label) for case, data in saved["cases"].items() for label in data["results"]}
+    assert ("32B", "js-libp2p mplex") in labels
+    assert ("32B", "py-libp2p mplex (10.5 MB)") in labels
+    assert ("fan-out", "js-libp2p mplex") in labels
+    assert len(saved["cases"]) == 11
+    assert "Targets (issue 3):" in result.stdout
+    assert "baseline missing" not in result.stdout
