@@ -200,6 +200,12 @@ def last_json(text: str) -> dict[str, Any]:
     raise RuntimeError(f"no result in output:\n{text}")
 
 
+def run_json(command: list[str], timeout: float, env: dict[str, str]) -> dict[str, Any]:
+    """Run a one-process measurement and return its JSON result line."""
+    out = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env, check=True)
+    return last_json(out.stdout)
+
+
 def run_once(run: Run, timeout: float) -> dict[str, Any]:
     env = {**os.environ, "PYTHONPATH": str(HERE.parent)}
     if run.impl == "checkpoint":
@@ -211,25 +217,9 @@ def run_once(run: Run, timeout: float) -> dict[str, Any]:
             "    print('{\"seconds\": %r}' % (time.perf_counter() - t))\n"
             f"trio.run(main, {run.args['count']})\n"
         )
-        out = subprocess.run(
-            [sys.executable, "-c", code],
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            env=env,
-            check=True,
-        )
-        return last_json(out.stdout)
+        return run_json([sys.executable, "-c", code], timeout, env)
     if run.impl == "memory":
-        out = subprocess.run(
-            peer_command("memory", run),
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            env=env,
-            check=True,
-        )
-        return last_json(out.stdout)
+        return run_json(peer_command("memory", run), timeout, env)
     server = subprocess.Popen(
         peer_command("server", run),
         stdout=subprocess.PIPE,
@@ -377,7 +367,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, help="runs per implementation (default 3, quick 1)")
     parser.add_argument("--json", type=Path, help="where to save results (default benchmarks/results/)")
     parser.add_argument("--write-results", action="store_true", help="rewrite benchmarks/RESULTS.md")
+    parser.add_argument("--from-json", type=Path, help="re-render a saved run instead of running")
     args = parser.parse_args(argv)
+    if args.from_json:
+        return rerender(args.from_json, args.write_results)
     runs = args.runs or (1 if args.quick else 3)
     suite = cases(args.quick, set(args.cases))
     started = time.monotonic()
@@ -404,14 +397,27 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(f"Results saved to {saved}")
     if args.write_results:
-        write_results_md(suite, table, runs)
+        write_results_md(suite, table, runs, machine())
     return 0
 
 
-def write_results_md(suite: list[Case], table: list[list[str]], runs: int) -> None:
+def rerender(path: Path, write: bool) -> int:
+    """Print (and optionally write to RESULTS.md) the table of a saved run."""
+    saved = json.loads(path.read_text())
+    suite = cases(saved["quick"], set(saved["cases"]))
+    for case in suite:
+        case.results = saved["cases"][case.name]["results"]
+    table = rows(suite)
+    print(render(table))
+    if write:
+        write_results_md(suite, table, saved["runs"], saved["machine"])
+    return 0
+
+
+def write_results_md(suite: list[Case], table: list[list[str]], runs: int, where: str) -> None:
     from benchmarks.report import results_markdown
 
-    (HERE / "RESULTS.md").write_text(results_markdown(suite, table, runs, machine(), markdown(table)))
+    (HERE / "RESULTS.md").write_text(results_markdown(suite, table, runs, where, markdown(table)))
 
 
 if __name__ == "__main__":
