@@ -178,7 +178,9 @@ def peer_command(role: str, run: Run, port: int = 0) -> list[str]:
                 command += [f"--{key}", str(value)]
         return command
     if run.impl == "pylibp2p":
-        command = [sys.executable, "-m", "benchmarks.pylibp2p_peer", role]
+        # py-libp2p lives in its own venv (see the Makefile); default: this interpreter.
+        python = os.environ.get("MPLEX_BENCH_PYLIBP2P_PYTHON", sys.executable)
+        command = [python, "-m", "benchmarks.pylibp2p_peer", role]
     else:
         command = [sys.executable, "-m", "benchmarks.peer", role, "--impl", _peer_impl(run.impl)]
     if port:
