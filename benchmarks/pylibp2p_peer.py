@@ -1,6 +1,6 @@
 """One side of a benchmark run with py-libp2p's mplex (PyPI ``libp2p``, the ``bench`` extra).
 
-Same protocol as benchmarks/peer.py (READY line, S/E first byte, JSON result line).
+Same protocol as mplex/_bench/peer.py (READY line, S/E first byte, JSON result line).
 py-libp2p's ``Mplex`` wants a secured connection; ``BufferedConnection`` stands in for
 one over a trio socket: reads are served from a buffer refilled 64 KiB at a time (as
 a Noise connection would, so py-libp2p's byte-at-a-time varint reads cost no syscall
@@ -21,7 +21,7 @@ from libp2p.peer.id import ID
 from libp2p.stream_muxer.mplex.exceptions import MplexStreamEOF
 from libp2p.stream_muxer.mplex.mplex import Mplex
 
-from benchmarks.peer import emit, nodelay
+from mplex._bench.peer import emit, nodelay
 
 
 class BufferedConnection:

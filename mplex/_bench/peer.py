@@ -1,4 +1,4 @@
-"""One side of a benchmark run, as its own process: ``python -m benchmarks.peer``.
+"""One side of a benchmark run, as its own process: ``python -m mplex._bench.peer``.
 
 The server accepts one TCP connection on 127.0.0.1 and serves it until the client hangs
 up; the client runs one case and prints its measurements as one JSON line.  Both print
@@ -22,7 +22,6 @@ import json
 import os
 import resource
 import socket
-import sys
 import time
 from typing import Any
 
@@ -406,7 +405,7 @@ async def _serve_all(muxer: mplex.Muxer) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.peer")
+    parser = argparse.ArgumentParser(prog="python -m mplex._bench.peer")
     parser.add_argument("role", choices=["server", "client", "memory"])
     parser.add_argument("--impl", choices=["mplex", "raw", "floor"], default="mplex")
     parser.add_argument("--port", type=int, default=0)
@@ -426,4 +425,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime
 import statistics
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 
@@ -17,24 +17,24 @@ class CaseLike(Protocol):
 MIB = 1 << 20
 
 
-def _median(suite: list[CaseLike], case: str, label: str, metric: str) -> float | None:
+def _median(suite: Sequence[CaseLike], case: str, label: str, metric: str) -> float | None:
     for c in suite:
         if c.name == case and label in c.results:
-            return statistics.median(r[metric] for r in c.results[label])
+            return float(statistics.median(r[metric] for r in c.results[label]))
     return None
 
 
-def _throughput(suite: list[CaseLike], case: str, label: str) -> float | None:
+def _throughput(suite: Sequence[CaseLike], case: str, label: str) -> float | None:
     """Bytes (or requests) per second, median over runs."""
     for c in suite:
         if c.name == case and label in c.results:
             runs = c.results[label]
             key = "bytes" if "bytes" in runs[0] else "requests"
-            return statistics.median(r[key] / r["seconds"] for r in runs)
+            return float(statistics.median(r[key] / r["seconds"] for r in runs))
     return None
 
 
-Target = tuple[str, Callable[[list[CaseLike]], tuple[float, float] | None], str, str]
+Target = tuple[str, Callable[[Sequence[CaseLike]], tuple[float, float] | None], str, str]
 # (description, measure -> (value, limit) or None when a baseline is missing, "min"/"max", unit)
 
 
@@ -43,21 +43,21 @@ def _ratio(a: float | None, b: float | None) -> tuple[float, float] | None:
 
 
 def targets() -> list[Target]:
-    def tp(case: str, label: str) -> Callable[[list[CaseLike]], float | None]:
+    def tp(case: str, label: str) -> Callable[[Sequence[CaseLike]], float | None]:
         return lambda s: _throughput(s, case, label)
 
     def vs(
-        mine: Callable[[list[CaseLike]], float | None],
-        base: Callable[[list[CaseLike]], float | None],
+        mine: Callable[[Sequence[CaseLike]], float | None],
+        base: Callable[[Sequence[CaseLike]], float | None],
         limit: float,
-    ) -> Callable[[list[CaseLike]], tuple[float, float] | None]:
-        def measure(s: list[CaseLike]) -> tuple[float, float] | None:
+    ) -> Callable[[Sequence[CaseLike]], tuple[float, float] | None]:
+        def measure(s: Sequence[CaseLike]) -> tuple[float, float] | None:
             a, b = mine(s), base(s)
             return None if a is None or b is None or b == 0 else (a / b, limit)
 
         return measure
 
-    def sendall_overhead(s: list[CaseLike]) -> tuple[float, float] | None:
+    def sendall_overhead(s: Sequence[CaseLike]) -> tuple[float, float] | None:
         sendall = _median(s, "32B", "mplex send_all", "seconds")
         nowait = _median(s, "32B", "mplex send_nowait", "seconds")
         ckpt = _median(s, "32B", "bare checkpoints", "seconds")
@@ -66,21 +66,21 @@ def targets() -> list[Target]:
         assert sendall is not None and nowait is not None and ckpt is not None
         return sendall / (nowait + ckpt), 1.3
 
-    def floor_ratio(s: list[CaseLike]) -> tuple[float, float] | None:
+    def floor_ratio(s: Sequence[CaseLike]) -> tuple[float, float] | None:
         a = _median(s, "32B", "mplex send_nowait", "seconds")
         b = _median(s, "32B", "framing floor", "seconds")
         return None if a is None or b is None else (a / b, 2.0)
 
-    def latency(s: list[CaseLike]) -> tuple[float, float] | None:
+    def latency(s: Sequence[CaseLike]) -> tuple[float, float] | None:
         a = _median(s, "latency", "mplex", "p50_us")
         b = _median(s, "latency", "raw trio socket", "p50_us")
         return None if a is None or b is None else (a / b, 1.2)
 
-    def fairness(s: list[CaseLike]) -> tuple[float, float] | None:
+    def fairness(s: Sequence[CaseLike]) -> tuple[float, float] | None:
         a = _median(s, "fairness", "mplex", "p99_us")
         return None if a is None else (a / 1000, 5.0)
 
-    def rss_32(s: list[CaseLike]) -> tuple[float, float] | None:
+    def rss_32(s: Sequence[CaseLike]) -> tuple[float, float] | None:
         for c in s:
             if c.name == "32B" and "mplex send_nowait" in c.results:
                 runs = c.results["mplex send_nowait"] + c.results.get("mplex send_all", [])
@@ -88,7 +88,7 @@ def targets() -> list[Target]:
                 return peak / MIB, 48.0
         return None
 
-    def idle(s: list[CaseLike]) -> tuple[float, float] | None:
+    def idle(s: Sequence[CaseLike]) -> tuple[float, float] | None:
         a = _median(s, "idle streams", "mplex", "bytes_per_stream")
         return None if a is None else (a / 1024, 4.0)
 
@@ -150,7 +150,7 @@ def targets() -> list[Target]:
     return found
 
 
-def evaluate(suite: list[CaseLike]) -> list[tuple[str, str, str, str]]:
+def evaluate(suite: Sequence[CaseLike]) -> list[tuple[str, str, str, str]]:
     """(target, measured, limit, verdict) for every target."""
     out = []
     for description, measure, kind, unit in targets():
@@ -165,7 +165,7 @@ def evaluate(suite: list[CaseLike]) -> list[tuple[str, str, str, str]]:
     return out
 
 
-def targets_text(suite: list[CaseLike]) -> str:
+def targets_text(suite: Sequence[CaseLike]) -> str:
     rows = evaluate(suite)
     width = max(len(r[0]) for r in rows)
     return "\n".join(f"{d.ljust(width)}  {m:>12}  {lim:>12}  {v}" for d, m, lim, v in rows)
@@ -213,7 +213,7 @@ EXPLANATIONS = {
 
 
 def results_markdown(
-    suite: list[CaseLike], table: list[list[str]], runs: int, machine: str, table_md: str
+    suite: Sequence[CaseLike], table: list[list[str]], runs: int, machine: str, table_md: str
 ) -> str:
     evaluated = evaluate(suite)
     lines = [

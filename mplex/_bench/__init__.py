@@ -1,0 +1,1 @@
+"""The benchmark suite behind ``mplex bench`` and ``make bench`` (not part of the API)."""

@@ -1,0 +1,426 @@
+"""The benchmark suite: ``mplex bench``, ``python -m benchmarks``, ``make bench``.
+
+Every case runs this library and its baselines in the same invocation, sender and
+receiver in separate processes over 127.0.0.1 TCP, several times; the table shows
+medians and the ratios that the targets in benchmarks/RESULTS.md are stated in.
+``--quick`` shrinks every case so the whole suite takes seconds (``make test`` runs it
+to keep the harness honest); ``--write-results`` rewrites benchmarks/RESULTS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from mplex._bench.report import results_markdown, targets_text
+
+#: The source checkout's benchmarks/ folder (js and py-libp2p baselines, RESULTS.md),
+#: when this package runs from a checkout; absent in an installed wheel.
+CHECKOUT = Path(__file__).resolve().parents[2] / "benchmarks"
+RESULTS_DIR = CHECKOUT / "results" if CHECKOUT.is_dir() else Path.cwd()
+MB = 1_000_000
+MIB = 1 << 20
+
+
+@dataclass
+class Run:
+    """One way of running a case: an implementation and its arguments."""
+
+    label: str
+    impl: str  # mplex | raw | floor | memory | checkpoint | js | pylibp2p
+    args: dict[str, Any]
+    metric: str = "seconds"  # which client field the case reports
+
+
+@dataclass
+class Case:
+    name: str
+    what: str
+    runs: list[Run]
+    results: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+
+
+def cases(quick: bool, only: set[str]) -> list[Case]:
+    scale = 100 if quick else 1
+    n32 = 3_276_800 // scale  # 105 MB in 32-byte chunks (1.05 MB when --quick)
+    small = {"case": "small", "size": 32, "count": n32}
+    all_cases = [
+        Case(
+            "32B",
+            f"{n32 * 32 / MB:g} MB in 32 B writes on one stream",
+            [
+                Run("mplex send_nowait", "mplex", {**small, "api": "nowait"}),
+                Run("mplex send_all", "mplex", {**small, "api": "sendall"}),
+                Run("mplex send_nowait, memory", "memory", {**small, "api": "nowait"}),
+                Run("framing floor", "floor", {**small, "case": "floor"}),
+                Run("bare checkpoints", "checkpoint", {"count": n32}),
+                Run("js-libp2p mplex", "js", small),
+                # py-libp2p takes minutes for 105 MB: it runs a tenth of it (10.5 MB).
+                Run("py-libp2p mplex (10.5 MB)", "pylibp2p", {**small, "count": 327_680 // scale}),
+            ],
+        ),
+        *[
+            Case(
+                f"bulk {label}",
+                f"{count * size / MIB:g} MiB in {label} sends on one stream",
+                [
+                    Run("mplex", "mplex", {"case": "bulk", "size": size, "count": count}),
+                    Run("raw trio socket", "raw", {"case": "bulk", "size": size, "count": count}),
+                ],
+            )
+            for label, size, count in [
+                ("1 KiB", 1024, 65536 // scale),
+                ("64 KiB", 64 * 1024, 4096 // scale),
+                ("1 MiB", MIB, max(2, 256 // scale)),
+                ("16 MiB", 16 * MIB, 1),
+                ("16 MiB x 64", 16 * MIB, max(2, 64 // scale)),
+            ]
+        ],
+        Case(
+            "fan-out",
+            f"100 streams x {1024 // scale} KiB in 1 KiB sends, concurrently",
+            [
+                Run(
+                    "mplex",
+                    "mplex",
+                    {"case": "fanout", "streams": 100, "size": 1024, "count": 1024 // scale},
+                ),
+                Run(
+                    "raw, 100 connections",
+                    "raw",
+                    {"case": "fanout", "streams": 100, "size": 1024, "count": 1024 // scale},
+                ),
+                Run(
+                    "js-libp2p mplex",
+                    "js",
+                    {"case": "fanout", "streams": 100, "size": 1024, "count": 1024 // scale},
+                ),
+            ],
+        ),
+        Case(
+            "request/response",
+            f"100 workers x {5000 // scale // 100 or 1} requests: open, 32 B, close, 32 B reply",
+            [
+                Run(
+                    "mplex",
+                    "mplex",
+                    {"case": "reqresp", "streams": 100, "count": max(1, 50 // scale)},
+                ),
+                Run(
+                    "raw, 100 connections",
+                    "raw",
+                    {"case": "reqresp", "streams": 100, "count": max(1, 50 // scale)},
+                ),
+            ],
+        ),
+        Case(
+            "latency",
+            f"{10_000 // scale} sequential 32 B round trips on one stream",
+            [
+                Run("mplex", "mplex", {"case": "latency", "count": 10_000 // scale}, "p50_us"),
+                Run(
+                    "raw trio socket",
+                    "raw",
+                    {"case": "latency", "count": 10_000 // scale},
+                    "p50_us",
+                ),
+            ],
+        ),
+        Case(
+            "fairness",
+            f"32 B ping-pong while another stream sends {256 // scale} MiB in 16 MiB sends",
+            [
+                Run(
+                    "mplex",
+                    "mplex",
+                    {
+                        "case": "fairness",
+                        "size": 16 * MIB if not quick else MIB,
+                        "count": 16 if not quick else 2,
+                    },
+                    "p99_us",
+                )
+            ],
+        ),
+        Case(
+            "idle streams",
+            f"RSS growth per idle open stream, {10_000 // scale} streams",
+            [
+                Run(
+                    "mplex",
+                    "mplex",
+                    {"case": "idle", "streams": 10_000 // scale},
+                    "bytes_per_stream",
+                )
+            ],
+        ),
+    ]
+    return [c for c in all_cases if not only or c.name in only]
+
+
+# --- running --------------------------------------------------------------------------
+
+
+JS_PEER = CHECKOUT / "js" / "peer.mjs"
+
+
+def peer_command(role: str, run: Run, port: int = 0) -> list[str]:
+    if run.impl == "js":
+        command = ["node", str(JS_PEER), role]
+        if role == "client":
+            command += ["--port", str(port)]
+            for key, value in run.args.items():
+                command += [f"--{key}", str(value)]
+        return command
+    if run.impl == "pylibp2p":
+        # py-libp2p lives in its own venv (see the Makefile); default: this interpreter.
+        python = os.environ.get("MPLEX_BENCH_PYLIBP2P_PYTHON", sys.executable)
+        command = [python, "-m", "benchmarks.pylibp2p_peer", role]
+    else:
+        command = [sys.executable, "-m", "mplex._bench.peer", role, "--impl", _peer_impl(run.impl)]
+    if port:
+        command += ["--port", str(port)]
+    if role != "server":
+        for key, value in run.args.items():
+            command += [f"--{key}", str(value)]
+    return command
+
+
+def _peer_impl(impl: str) -> str:
+    return "mplex" if impl in ("memory",) else impl
+
+
+def last_json(text: str) -> dict[str, Any]:
+    for line in reversed(text.strip().splitlines()):
+        if line.startswith("{"):
+            return json.loads(line)  # type: ignore[no-any-return]
+    raise RuntimeError(f"no result in output:\n{text}")
+
+
+def run_json(command: list[str], timeout: float, env: dict[str, str]) -> dict[str, Any]:
+    """Run a one-process measurement and return its JSON result line."""
+    out = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env, check=True)
+    return last_json(out.stdout)
+
+
+def run_once(run: Run, timeout: float) -> dict[str, Any]:
+    env = {**os.environ, "PYTHONPATH": str(CHECKOUT.parent)}
+    if run.impl == "checkpoint":
+        code = (
+            "import time, trio\n"
+            "async def main(n):\n"
+            "    t = time.perf_counter()\n"
+            "    for _ in range(n): await trio.lowlevel.checkpoint()\n"
+            "    print('{\"seconds\": %r}' % (time.perf_counter() - t))\n"
+            f"trio.run(main, {run.args['count']})\n"
+        )
+        return run_json([sys.executable, "-c", code], timeout, env)
+    if run.impl == "memory":
+        return run_json(peer_command("memory", run), timeout, env)
+    server = subprocess.Popen(
+        peer_command("server", run),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        assert server.stdout is not None
+        ready = server.stdout.readline()
+        if not ready.startswith("READY"):
+            raise RuntimeError(
+                f"server did not start: {ready!r} {server.stderr.read() if server.stderr else ''}"
+            )
+        port = int(ready.split()[1])
+        client = subprocess.run(
+            peer_command("client", run, port),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=env,
+            check=False,
+        )
+        if client.returncode:
+            raise RuntimeError(f"client failed: {client.stderr[-2000:]}")
+        result = last_json(client.stdout)
+        rest, _ = server.communicate(timeout=timeout)
+        result["server_peak_rss"] = last_json(rest)["peak_rss"]
+        return result
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait()
+
+
+def median(results: list[dict[str, Any]], metric: str) -> float:
+    return float(statistics.median(r[metric] for r in results))
+
+
+class Progress:
+    def __init__(self, total: int) -> None:
+        self.total = total
+        self.done = 0
+        self.started = time.monotonic()
+        self.tty = sys.stderr.isatty()
+
+    def step(self, label: str) -> None:
+        self.done += 1
+        elapsed = time.monotonic() - self.started
+        line = f"[{self.done}/{self.total}] {elapsed:5.0f}s  {label}"
+        if self.tty:
+            sys.stderr.write("\r\033[K" + line)
+        else:
+            sys.stderr.write(line + "\n")
+        sys.stderr.flush()
+
+    def close(self) -> None:
+        if self.tty:
+            sys.stderr.write("\n")
+
+
+def run_suite(suite: list[Case], runs: int, timeout: float) -> None:
+    progress = Progress(sum(len(c.runs) for c in suite) * runs)
+    for case in suite:
+        for _ in range(runs):  # interleave implementations: noise hits them alike
+            for run in case.runs:
+                progress.step(f"{case.name}: {run.label}")
+                case.results.setdefault(run.label, []).append(run_once(run, timeout))
+    progress.close()
+
+
+# --- reporting ------------------------------------------------------------------------
+
+
+def rows(suite: list[Case]) -> list[list[str]]:
+    table = []
+    for case in suite:
+        first = case.runs[0]
+        base = median(case.results[first.label], first.metric)
+        for run in case.runs:
+            results = case.results[run.label]
+            value = median(results, run.metric)
+            shown = describe(run, results, value)
+            ratio = f"{value / base:.2f}x" if run is not first and base else ""
+            rss = max(r.get("peak_rss", 0) for r in results) / MIB
+            srss = max(r.get("server_peak_rss", 0) for r in results) / MIB
+            memory = f"{rss:.0f} / {srss:.0f}" if srss else f"{rss:.0f}"
+            table.append([case.name, run.label, shown, ratio, memory])
+    return table
+
+
+def describe(run: Run, results: list[dict[str, Any]], value: float) -> str:
+    if run.metric == "seconds":
+        sample = results[0]
+        if "bytes" in sample:
+            return f"{value:.3f} s  ({sample['bytes'] / value / MB:.1f} MB/s)"
+        if "requests" in sample:
+            return f"{value:.3f} s  ({sample['requests'] / value:,.0f} req/s)"
+        return f"{value:.3f} s"
+    if run.metric.endswith("_us"):
+        p50 = median(results, "p50_us")
+        p99 = median(results, "p99_us")
+        return f"p50 {p50:.0f} us, p99 {p99:.0f} us"
+    return f"{value:,.0f} B/stream"
+
+
+HEADER = ["case", "implementation", "median", "vs first", "peak RSS MiB (client / server)"]
+
+
+def render(table: list[list[str]]) -> str:
+    widths = [max(len(r[i]) for r in [HEADER, *table]) for i in range(len(HEADER))]
+    lines = [" | ".join(h.ljust(w) for h, w in zip(HEADER, widths, strict=True))]
+    lines.append("-+-".join("-" * w for w in widths))
+    lines += [" | ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) for row in table]
+    return "\n".join(lines)
+
+
+def markdown(table: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
+    lines += ["| " + " | ".join(row) + " |" for row in table]
+    return "\n".join(lines)
+
+
+def machine() -> str:
+    cpu = "unknown CPU"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return (
+        f"{cpu}, {os.cpu_count()} cores; Linux {platform.release()}; "
+        f"CPython {platform.python_version()}; trio {trio.__version__}"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
+    parser.add_argument("cases", nargs="*", help="case names (default: all)")
+    parser.add_argument("--quick", action="store_true", help="tiny sizes: checks the harness")
+    parser.add_argument("--runs", type=int, help="runs per implementation (default 3, quick 1)")
+    parser.add_argument("--json", type=Path, help="where to save results (default benchmarks/results/)")
+    parser.add_argument("--write-results", action="store_true", help="rewrite benchmarks/RESULTS.md")
+    parser.add_argument("--from-json", type=Path, help="re-render a saved run instead of running")
+    args = parser.parse_args(argv)
+    if args.from_json:
+        return rerender(args.from_json, args.write_results)
+    runs = args.runs or (1 if args.quick else 3)
+    suite = cases(args.quick, set(args.cases))
+    started = time.monotonic()
+    run_suite(suite, runs, timeout=120 if args.quick else 600)
+    table = rows(suite)
+    print(render(table))
+    print("\nTargets (issue 3):\n" + targets_text(suite))
+    print(f"\n{runs} run(s) per implementation, medians; {time.monotonic() - started:.0f} s in all.")
+    saved = args.json or RESULTS_DIR / ("quick.json" if args.quick else "latest.json")
+    saved.parent.mkdir(parents=True, exist_ok=True)
+    saved.write_text(
+        json.dumps(
+            {
+                "machine": machine(),
+                "runs": runs,
+                "quick": args.quick,
+                "cases": {c.name: {"what": c.what, "results": c.results} for c in suite},
+                "table": table,
+            },
+            indent=1,
+        )
+    )
+    print(f"Results saved to {saved}")
+    if args.write_results:
+        write_results_md(suite, table, runs, machine())
+    return 0
+
+
+def rerender(path: Path, write: bool) -> int:
+    """Print (and optionally write to RESULTS.md) the table of a saved run."""
+    saved = json.loads(path.read_text())
+    suite = cases(saved["quick"], set(saved["cases"]))
+    for case in suite:
+        case.results = saved["cases"][case.name]["results"]
+    table = rows(suite)
+    print(render(table))
+    if write:
+        write_results_md(suite, table, saved["runs"], saved["machine"])
+    return 0
+
+
+def write_results_md(suite: list[Case], table: list[list[str]], runs: int, where: str) -> None:
+    (CHECKOUT / "RESULTS.md").write_text(results_markdown(suite, table, runs, where, markdown(table)))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
