@@ -60,10 +60,10 @@ $(MIN_VENV)/.installed: pyproject.toml
 	touch $@
 
 bench: $(STAMP) $(JS_STAMP) $(BENCH_STAMP)
-	$(BIN)/python -m benchmarks --write-results
+	$(BIN)/python -m benchmarks --write-results --require-baselines
 
 bench-quick: $(STAMP) $(JS_STAMP) $(BENCH_STAMP)
-	$(BIN)/python -m benchmarks --quick
+	$(BIN)/python -m benchmarks --quick --require-baselines
 
 clean:
 	rm -rf $(VENV) $(MIN_VENV) $(BENCH_VENV) $(JS_DIR)/node_modules .pytest_cache .mypy_cache .ruff_cache

@@ -16,6 +16,7 @@ import argparse
 import json
 import logging
 import random
+import signal
 import sys
 import time
 from collections.abc import Sequence
@@ -141,10 +142,18 @@ async def handle_stream(stream: MplexStream, mode: str, size: int) -> None:
         elif mode == "discard":
             while await stream.receive_some():
                 pass
-        else:  # source: send `size` bytes, then close
-            chunk = bytes(range(256)) * 256
-            for start in range(0, size, len(chunk)):
-                await stream.send_all(chunk[: min(len(chunk), size - start)])
+        else:  # source: send `size` bytes (reading and dropping what arrives), then close
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(drain, stream)
+                chunk = bytes(range(256)) * 256
+                for start in range(0, size, len(chunk)):
+                    await stream.send_all(chunk[: min(len(chunk), size - start)])
+                await stream.send_eof()
+
+
+async def drain(stream: MplexStream) -> None:
+    while await stream.receive_some():
+        pass
 
 
 async def serve_connection(mode: str, size: int, transport: trio.SocketStream) -> None:
@@ -169,15 +178,19 @@ async def serve(args: argparse.Namespace) -> None:
     except OSError as exc:
         raise CommandError(f"cannot listen on {args.host}:{args.port}: {exc.strerror}") from None
     host, port = listeners[0].socket.getsockname()[:2]
-    print(f"mplex: serving {args.mode} on {host}:{port}", flush=True)
-    await trio.serve_listeners(partial(serve_connection, args.mode, args.size), listeners)
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(
+                trio.serve_listeners, partial(serve_connection, args.mode, args.size), listeners
+            )
+            print(f"mplex: serving {args.mode} on {host}:{port}", flush=True)
+            async for _ in signals:  # Ctrl-C or SIGTERM: stop serving, exit cleanly
+                nursery.cancel_scope.cancel()
+                break
 
 
 def serve_command(args: argparse.Namespace) -> int:
-    try:
-        trio.run(serve, args)
-    except KeyboardInterrupt:
-        pass
+    trio.run(serve, args)
     return 0
 
 
@@ -199,19 +212,21 @@ async def dial(args: argparse.Namespace) -> dict[str, object]:
 
     async def one(muxer: Muxer, index: int) -> None:
         nonlocal mismatches, received
+        got = bytearray()
+        failed = False
         try:
             stream = await muxer.open_stream(f"dial-{index}")
-            async with trio.open_nursery() as nursery:
+            async with stream, trio.open_nursery() as nursery:
                 nursery.start_soon(send, stream, payloads[index])
-                got = bytearray()
                 while data := await stream.receive_some():
                     got += data
+        except* trio.BrokenResourceError as group:
+            errors.append(f"stream {index}: {group.exceptions[0]}")
+            failed = True
+        if not failed:
             received += len(got)
             if args.verify and got != payloads[index]:
                 mismatches += 1
-            await stream.aclose()
-        except trio.BrokenResourceError as exc:
-            errors.append(f"stream {index}: {exc}")
 
     async def send(stream: MplexStream, data: bytes) -> None:
         for start in range(0, len(data), 65536):

@@ -166,9 +166,14 @@ def evaluate(suite: Sequence[CaseLike]) -> list[tuple[str, str, str, str]]:
 
 
 def targets_text(suite: Sequence[CaseLike]) -> str:
-    rows = evaluate(suite)
-    width = max(len(r[0]) for r in rows)
-    return "\n".join(f"{d.ljust(width)}  {m:>12}  {lim:>12}  {v}" for d, m, lim, v in rows)
+    """The targets this run measured; a count of those it could not."""
+    every = evaluate(suite)
+    rows = [r for r in every if r[1] != "not measured"]
+    width = max((len(r[0]) for r in rows), default=0)
+    lines = [f"{d.ljust(width)}  {m:>12}  {lim:>12}  {v}" for d, m, lim, v in rows]
+    if len(rows) < len(every):
+        lines.append(f"({len(every) - len(rows)} more targets need cases or baselines not run here)")
+    return "\n".join(lines)
 
 
 #: Why a target can be missed on this design, shown in RESULTS.md only when it is.

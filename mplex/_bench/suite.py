@@ -13,6 +13,7 @@ import argparse
 import json
 import os
 import platform
+import shutil
 import statistics
 import subprocess
 import sys
@@ -289,6 +290,36 @@ class Progress:
             sys.stderr.write("\n")
 
 
+def unavailable(run: Run) -> str | None:
+    """Why a baseline cannot run here (it needs the source checkout's peers), or None."""
+    if run.impl == "js":
+        if shutil.which("node") is None:
+            return "node is not installed"
+        if not (CHECKOUT / "js" / "node_modules").is_dir():
+            return "the js peer is not installed (run `make bench` in a source checkout)"
+    if run.impl == "pylibp2p":
+        python = os.environ.get("MPLEX_BENCH_PYLIBP2P_PYTHON", sys.executable)
+        probe = subprocess.run([python, "-c", "import libp2p"], capture_output=True, check=False)
+        if probe.returncode or not (CHECKOUT / "pylibp2p_peer.py").is_file():
+            return "py-libp2p is not installed (run `make bench` in a source checkout)"
+    return None
+
+
+def drop_unavailable(suite: list[Case], require: bool) -> list[str]:
+    """Remove baselines that cannot run here; with ``require``, refuse instead."""
+    notes = []
+    for case in suite:
+        for run in list(case.runs):
+            reason = unavailable(run)
+            if reason is None:
+                continue
+            if require:
+                raise SystemExit(f"benchmarks: baseline {run.label!r} cannot run: {reason}")
+            case.runs.remove(run)
+            notes.append(f"{case.name}: {run.label} left out: {reason}")
+    return notes
+
+
 def run_suite(suite: list[Case], runs: int, timeout: float) -> None:
     progress = Progress(sum(len(c.runs) for c in suite) * runs)
     for case in suite:
@@ -374,16 +405,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, help="where to save results (default benchmarks/results/)")
     parser.add_argument("--write-results", action="store_true", help="rewrite benchmarks/RESULTS.md")
     parser.add_argument("--from-json", type=Path, help="re-render a saved run instead of running")
+    parser.add_argument(
+        "--require-baselines", action="store_true", help="fail if a baseline (js, py-libp2p) cannot run"
+    )
     args = parser.parse_args(argv)
     if args.from_json:
         return rerender(args.from_json, args.write_results)
     runs = args.runs or (1 if args.quick else 3)
     suite = cases(args.quick, set(args.cases))
+    notes = drop_unavailable(suite, args.require_baselines)
     started = time.monotonic()
     run_suite(suite, runs, timeout=120 if args.quick else 600)
     table = rows(suite)
     print(render(table))
     print("\nTargets (issue 3):\n" + targets_text(suite))
+    for note in notes:
+        print(note)
     print(f"\n{runs} run(s) per implementation, medians; {time.monotonic() - started:.0f} s in all.")
     saved = args.json or RESULTS_DIR / ("quick.json" if args.quick else "latest.json")
     saved.parent.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,175 @@
+"""The `mplex` command, run as a user would: as a subprocess, output checked."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from mplex import Encoder, Flag
+
+MPLEX = [sys.executable, "-m", "mplex"]
+
+
+def run(*args: str, stdin: bytes | None = None, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    """Run the command; stdin goes in as raw bytes (captures are binary)."""
+    done = subprocess.run([*MPLEX, *args], input=stdin, capture_output=True, timeout=timeout, check=False)
+    return subprocess.CompletedProcess(done.args, done.returncode, done.stdout.decode(), done.stderr.decode())
+
+
+def stop(server: subprocess.Popen[str]) -> None:
+    server.send_signal(signal.SIGINT)
+    server.wait(timeout=10)
+    for pipe in (server.stdout, server.stderr):
+        if pipe is not None:
+            pipe.close()
+
+
+def capture() -> bytes:
+    e = Encoder()
+    return (
+        e.frame(0, Flag.NEW_STREAM, b"chat")
+        + e.frame(0, Flag.MESSAGE_INITIATOR, b"hello there")
+        + e.frame(0, Flag.MESSAGE_RECEIVER, b"hi")
+        + e.frame(0, Flag.CLOSE_INITIATOR)
+        + e.frame(300, Flag.RESET_RECEIVER)
+    )
+
+
+class TestDecode:
+    def test_a_capture_becomes_a_table_of_frames(self, tmp_path: pathlib.Path) -> None:
+        path = tmp_path / "capture.bin"
+        path.write_bytes(capture())
+        result = run("decode", str(path))
+        assert result.returncode == 0, result.stderr
+        for expected in (
+            "5 frames",
+            "NEW_STREAM",
+            "MESSAGE_INITIATOR",
+            "hello there",
+            "RESET_RECEIVER",
+            "300",
+        ):
+            assert expected in result.stdout
+        assert result.stderr == ""
+
+    def test_hex_on_stdin(self) -> None:
+        result = run("decode", "--hex", stdin=capture().hex(" ").encode())
+        assert result.returncode == 0, result.stderr
+        assert "CLOSE_INITIATOR" in result.stdout
+
+    def test_a_malformed_capture_says_where_and_why_it_stops(self) -> None:
+        bad = capture() + b"\x07\x00"
+        result = run("decode", "-", stdin=bad)
+        assert result.returncode == 1
+        assert "5 frames" in result.stdout  # everything before the error is shown
+        assert result.stderr.strip() == (
+            f"mplex decode: stops at byte {len(capture())}: frame for stream 0 has the undefined flag 7"
+        )
+
+    def test_an_oversized_length_is_reported_before_its_body(self) -> None:
+        result = run("decode", "--hex", stdin=b"02 81 80 40")
+        assert result.returncode == 1
+        assert "1048577 body bytes, over the limit of 1048576" in result.stderr
+
+    def test_a_truncated_capture_is_noted(self) -> None:
+        result = run("decode", "-", stdin=capture()[:-2])  # half of the last header
+        assert result.returncode == 0
+        assert "ends inside a frame starting at byte" in result.stderr
+        assert "(1 bytes of it present)" in result.stderr
+
+    def test_a_missing_file_is_one_line(self) -> None:
+        result = run("decode", "/nonexistent/capture.bin")
+        assert result.returncode == 1
+        assert (
+            result.stderr.strip()
+            == "mplex decode: cannot read /nonexistent/capture.bin: No such file or directory"
+        )
+
+
+class TestServeAndDial:
+    @pytest.mark.parametrize("mode", ["echo", "discard", "source"])
+    def test_dial_a_served_port(self, mode: str) -> None:
+        server = subprocess.Popen(
+            [*MPLEX, "serve", "--port", "0", "--mode", mode, "--size", "5000"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            assert server.stdout is not None
+            banner = server.stdout.readline()
+            assert banner.startswith(f"mplex: serving {mode} on 127.0.0.1:")
+            port = banner.rsplit(":", 1)[1].strip()
+            args = ["dial", "127.0.0.1", port, "--streams", "20", "--size", "30000", "--json"]
+            if mode == "echo":
+                args.append("--verify")
+            result = run(*args)
+            assert result.returncode == 0, result.stderr
+            report = json.loads(result.stdout)
+            assert report["streams"] == 20
+            assert report["errors"] == []
+            assert report["mismatches"] == 0
+            expected = {"echo": 20 * 30000, "discard": 0, "source": 20 * 5000}[mode]
+            assert report["bytes_received"] == expected
+        finally:
+            stop(server)
+        assert server.returncode == 0
+
+    def test_dial_prints_a_table_by_default(self) -> None:
+        server = subprocess.Popen([*MPLEX, "serve"], stdout=subprocess.PIPE, text=True)
+        try:
+            assert server.stdout is not None
+            port = server.stdout.readline().rsplit(":", 1)[1].strip()
+            result = run("dial", "127.0.0.1", port, "--streams", "3", "--verify")
+            assert result.returncode == 0, result.stderr
+            assert "mismatches" in result.stdout
+            assert "bytes_received" in result.stdout
+        finally:
+            stop(server)
+
+    def test_an_unreachable_peer_is_one_line_and_status_one(self) -> None:
+        result = run("dial", "127.0.0.1", "1", "--connect-timeout", "5")
+        assert result.returncode == 1
+        assert result.stderr.startswith("mplex dial: cannot connect to 127.0.0.1:1:")
+        assert len(result.stderr.strip().splitlines()) == 1
+        assert "Traceback" not in result.stderr
+
+
+class TestArguments:
+    @pytest.mark.parametrize(
+        "args",
+        [
+            ["dial", "127.0.0.1", "80", "--streams", "0"],
+            ["dial", "127.0.0.1", "99999"],
+            ["serve", "--mode", "x"],
+            [],
+        ],
+    )
+    def test_bad_arguments_exit_with_two(self, args: list[str]) -> None:
+        result = run(*args)
+        assert result.returncode == 2
+        assert "Traceback" not in result.stderr
+        assert "usage: mplex" in result.stderr
+
+    def test_help_lists_every_command(self) -> None:
+        result = run("--help")
+        assert result.returncode == 0
+        for command in ("decode", "serve", "dial", "bench"):
+            assert command in result.stdout
+
+
+def test_bench_runs_the_headline_case_with_a_table() -> None:
+    env = {**os.environ}
+    result = subprocess.run(
+        [*MPLEX, "bench", "--quick"], capture_output=True, text=True, timeout=300, env=env, check=False
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "mplex send_nowait" in result.stdout
+    assert "framing floor" in result.stdout
+    assert "[1/" in result.stderr  # the progress display
