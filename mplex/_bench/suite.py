@@ -185,9 +185,7 @@ def peer_command(role: str, run: Run, port: int = 0) -> list[str]:
                 command += [f"--{key}", str(value)]
         return command
     if run.impl == "pylibp2p":
-        # py-libp2p lives in its own venv (see the Makefile); default: this interpreter.
-        python = os.environ.get("MPLEX_BENCH_PYLIBP2P_PYTHON", sys.executable)
-        command = [python, "-m", "benchmarks.pylibp2p_peer", role]
+        command = [pylibp2p_python(), "-m", "benchmarks.pylibp2p_peer", role]
     else:
         command = [sys.executable, "-m", "mplex._bench.peer", role, "--impl", _peer_impl(run.impl)]
     if port:
@@ -290,6 +288,15 @@ class Progress:
             sys.stderr.write("\n")
 
 
+def pylibp2p_python() -> str:
+    """py-libp2p lives in its own venv (see the Makefile): $MPLEX_BENCH_PYLIBP2P_PYTHON,
+    else the checkout's .venv-bench, else this interpreter."""
+    default = CHECKOUT.parent / ".venv-bench" / "bin" / "python"
+    return os.environ.get("MPLEX_BENCH_PYLIBP2P_PYTHON") or str(
+        default if default.exists() else sys.executable
+    )
+
+
 def unavailable(run: Run) -> str | None:
     """Why a baseline cannot run here (it needs the source checkout's peers), or None."""
     if run.impl == "js":
@@ -298,7 +305,7 @@ def unavailable(run: Run) -> str | None:
         if not (CHECKOUT / "js" / "node_modules").is_dir():
             return "the js peer is not installed (run `make bench` in a source checkout)"
     if run.impl == "pylibp2p":
-        python = os.environ.get("MPLEX_BENCH_PYLIBP2P_PYTHON", sys.executable)
+        python = pylibp2p_python()
         probe = subprocess.run([python, "-c", "import libp2p"], capture_output=True, check=False)
         if probe.returncode or not (CHECKOUT / "pylibp2p_peer.py").is_file():
             return "py-libp2p is not installed (run `make bench` in a source checkout)"
