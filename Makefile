@@ -29,7 +29,7 @@ $(STAMP): pyproject.toml | $(BIN)/python
 	touch $@
 
 lint: $(STAMP)
-	$(BIN)/ruff check mplex tests benchmarks
+	$(BIN)/ruff check mplex tests benchmarks examples
 	$(BIN)/mypy --strict mplex
 
 # The js peer is pinned by package-lock.json; npm ci installs exactly that.

@@ -435,16 +435,20 @@ class Muxer:
         self._reader_blocked = True
         try:
             while self._overfull or self._buffered > config.max_connection_buffer:
-                with trio.move_on_at(deadline):
+                with trio.move_on_at(deadline) as scope:
                     await self._drain_lot.park()
+                if not scope.cancelled_caught:
                     continue
-                # Timed out: give up on the streams that are over their limit, else on
-                # the one holding the most, until the connection is under budget.
-                victims = list(self._overfull) or [max(self._live_buffers(), key=_buffered)]
+                # Timed out: give up on the streams over their own limit; failing that,
+                # on the live stream holding the most.  Their data stays readable (it
+                # is bounded); each further victim gets another full timeout first.
+                victims = list(self._overfull)
+                if not victims and (candidates := self._live_buffers()):
+                    victims = [max(candidates, key=_buffered)]
                 for stream in victims:
                     self._overfull.discard(stream)
                     stream._reset_for_overflow()
-                    stream._discard()
+                deadline = trio.current_time() + config.slow_reader_timeout
         finally:
             self._reader_blocked = False
             self.stats.reader_blocked_seconds += trio.current_time() - started
