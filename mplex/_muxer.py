@@ -317,6 +317,8 @@ class Muxer:
                 self._idle_scope = None
             data = self._outbuf
             self._outbuf = bytearray()
+            if logger.isEnabledFor(logging.DEBUG):  # one check per write, none per frame
+                trace("send", Decoder().feed_raw(data))
             self._writing = True
             try:
                 await send_all(data)
@@ -352,6 +354,8 @@ class Muxer:
                 except ProtocolError as exc:
                     self._dispatch(exc.decoded)
                     raise
+                if logger.isEnabledFor(logging.DEBUG):  # one check per read, none per frame
+                    trace("recv", frames)
                 self._dispatch(frames)
             except ProtocolError as exc:
                 logger.warning("mplex: closing the connection: %s", exc)
@@ -504,6 +508,16 @@ class Muxer:
             lot.unpark_all()
         if self._run_scope is not None:
             self._run_scope.cancel()
+
+
+def trace(direction: str, frames: list[RawFrame]) -> None:
+    """Log frames at DEBUG (received Message frames of one stream arrive merged)."""
+    for header, body in frames:
+        flag = Flag(header & 7)
+        side = "opener" if flag.from_initiator else "acceptor"
+        logger.debug(
+            "mplex: %s stream %d (%s) %s %d bytes", direction, header >> 3, side, flag.name, len(body)
+        )
 
 
 def _buffered(stream: MplexStream) -> int:

@@ -198,3 +198,25 @@ class TestCancellation:
                 await peer.receive_some()
             await stream.send_all(b"still here")
             assert await peer.receive_some() == b"still here"
+
+
+class TestLogging:
+    async def test_frames_are_traced_at_debug_on_the_mplex_logger(
+        self, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        caplog.set_level("DEBUG", logger="mplex")
+        async with muxer_pair() as (left, right):
+            stream = await left.open_stream("traced")
+            await stream.send_all(b"hi")
+            assert await (await right.accept_stream()).receive_some() == b"hi"
+        messages = [r.getMessage() for r in caplog.records if r.name == "mplex"]
+        assert "mplex: send stream 0 (opener) NEW_STREAM 6 bytes" in messages
+        assert "mplex: recv stream 0 (opener) MESSAGE_INITIATOR 2 bytes" in messages
+
+    async def test_nothing_is_logged_below_debug(self, caplog: pytest.LogCaptureFixture) -> None:
+        caplog.set_level("INFO", logger="mplex")
+        async with muxer_pair() as (left, right):
+            stream = await left.open_stream()
+            await stream.send_all(b"quiet")
+            assert await (await right.accept_stream()).receive_some() == b"quiet"
+        assert [r for r in caplog.records if r.name == "mplex"] == []

@@ -19,9 +19,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import resource
 import socket
+import sys
 import time
 from typing import Any
 
@@ -415,7 +417,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--size", type=int, default=32)
     parser.add_argument("--streams", type=int, default=1)
     parser.add_argument("--ready-file")
+    parser.add_argument("--log-level", help="configure logging at this level (cost of tracing checks)")
     args = parser.parse_args(argv)
+    if args.log_level:
+        logging.basicConfig(level=args.log_level, stream=sys.stderr)
     if args.role == "server":
         trio.run(serve, args.impl, args.ready_file)
     elif args.role == "memory":

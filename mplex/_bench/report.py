@@ -71,6 +71,11 @@ def targets() -> list[Target]:
         b = _median(s, "32B", "framing floor", "seconds")
         return None if a is None or b is None else (a / b, 2.0)
 
+    def logging_cost(s: Sequence[CaseLike]) -> tuple[float, float] | None:
+        a = _median(s, "32B", "mplex send_nowait, logging at INFO", "seconds")
+        b = _median(s, "32B", "mplex send_nowait", "seconds")
+        return None if a is None or b is None else (a / b, 1.05)
+
     def latency(s: Sequence[CaseLike]) -> tuple[float, float] | None:
         a = _median(s, "latency", "mplex", "p50_us")
         b = _median(s, "latency", "raw trio socket", "p50_us")
@@ -106,6 +111,7 @@ def targets() -> list[Target]:
             "x",
         ),
         ("32 B send_nowait time vs the framing floor", floor_ratio, "max", "x"),
+        ("32 B send_nowait with logging at INFO vs without (tracing off costs)", logging_cost, "max", "x"),
         (
             "32 B send_all vs js-libp2p (throughput)",
             vs(tp("32B", "mplex send_all"), tp("32B", "js-libp2p mplex"), 2.5),

@@ -63,6 +63,12 @@ def cases(quick: bool, only: set[str]) -> list[Case]:
             [
                 Run("mplex send_nowait", "mplex", {**small, "api": "nowait"}),
                 Run("mplex send_all", "mplex", {**small, "api": "sendall"}),
+                # Logging configured, DEBUG off: what the frame-tracing checks cost.
+                Run(
+                    "mplex send_nowait, logging at INFO",
+                    "mplex",
+                    {**small, "api": "nowait", "log-level": "INFO"},
+                ),
                 Run("mplex send_nowait, memory", "memory", {**small, "api": "nowait"}),
                 Run("framing floor", "floor", {**small, "case": "floor"}),
                 Run("bare checkpoints", "checkpoint", {"count": n32}),
@@ -193,6 +199,8 @@ def peer_command(role: str, run: Run, port: int = 0) -> list[str]:
     if role != "server":
         for key, value in run.args.items():
             command += [f"--{key}", str(value)]
+    elif "log-level" in run.args:
+        command += ["--log-level", str(run.args["log-level"])]
     return command
 
 
