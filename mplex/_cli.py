@@ -269,6 +269,10 @@ def dial_command(args: argparse.Namespace) -> int:
 
 
 def bench_command(args: argparse.Namespace) -> int:
+    import contextlib  # noqa: PLC0415
+    import io  # noqa: PLC0415
+    import tempfile  # noqa: PLC0415
+
     from ._bench import suite  # noqa: PLC0415  (heavy; only for this command)
 
     argv = list(args.cases or ["32B"])
@@ -276,9 +280,15 @@ def bench_command(args: argparse.Namespace) -> int:
         argv.append("--quick")
     if args.runs:
         argv += ["--runs", str(args.runs)]
-    if args.json:
-        argv += ["--json", str(args.json)]
-    return suite.main(argv)
+    if not args.json:
+        return suite.main(argv)
+    # --json: the results as JSON on stdout, nothing else there (progress stays on stderr).
+    with tempfile.TemporaryDirectory() as tmp:
+        saved = Path(tmp) / "results.json"
+        with contextlib.redirect_stdout(io.StringIO()):
+            status = suite.main([*argv, "--json", str(saved)])
+        print(saved.read_text())
+    return status
 
 
 # --- main --------------------------------------------------------------------------------
@@ -335,7 +345,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("cases", nargs="*", help="case names, e.g. 32B latency fan-out")
     p.add_argument("--quick", action="store_true", help="tiny sizes, seconds in all")
     p.add_argument("--runs", type=positive)
-    p.add_argument("--json", type=Path, help="save results as JSON here")
+    p.add_argument("--json", action="store_true", help="print the results as JSON instead of a table")
     p.set_defaults(run=bench_command)
     return top
 

@@ -15,12 +15,30 @@ from ._codec import MAX_MESSAGE_SIZE
 __all__ = ["Config", "SlowReaderPolicy"]
 
 SlowReaderPolicy = Literal["block", "reset", "block-then-reset"]
+"""What to do when a stream's reader falls behind: see ``Config.slow_reader_policy``."""
 _POLICIES = ("block", "reset", "block-then-reset")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Config:
-    """The limits of one mplex connection.  Every field has a safe default."""
+    """The limits of one mplex connection.  Every field has a safe default.
+
+    Fields (the comment above each field in the source gives the reason for its default):
+
+    * ``max_message_size``: largest frame body accepted (1 MiB); more closes the connection.
+    * ``max_send_frame_size``: largest frame body sent (64 KiB); longer writes are split.
+    * ``send_high_water``: queued outbound bytes before senders wait (256 KiB).
+    * ``max_stream_buffer``: unread bytes per stream before the slow-reader policy (1 MiB).
+    * ``max_connection_buffer``: unread bytes of all streams together (16 MiB).
+    * ``slow_reader_policy``: ``"block"`` (default), ``"reset"`` or ``"block-then-reset"``.
+    * ``slow_reader_timeout``: seconds ``"block-then-reset"`` waits (5).
+    * ``max_inbound_streams`` / ``max_outbound_streams``: open streams each way (1024).
+    * ``accept_backlog``: streams waiting for ``accept_stream`` (1024).
+    * ``max_stream_name_size``: bytes of a peer's stream name kept (1024).
+    * ``max_flush_delay``: longest a frame waits when the program never idles (2 ms).
+
+    Raises ``ValueError`` when a value is out of range.
+    """
 
     #: Largest frame body accepted.  A frame declaring more is a protocol error that
     #: closes the connection, detected before any body byte is buffered.  1 MiB is the

@@ -191,9 +191,11 @@ class Muxer:
             await trio.aclose_forcefully(self._transport)
 
     async def __aenter__(self) -> Muxer:
+        """``async with muxer:`` closes it on exit (it must already be running)."""
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
+        """Close the muxer: see ``aclose``."""
         await self.aclose()
 
     @property
@@ -251,6 +253,7 @@ class Muxer:
         return self._backlog.popleft()
 
     def __aiter__(self) -> AsyncIterator[MplexStream]:
+        """``async for stream in muxer``: inbound streams until the peer hangs up."""
         return self
 
     async def __anext__(self) -> MplexStream:

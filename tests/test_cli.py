@@ -173,3 +173,12 @@ def test_bench_runs_the_headline_case_with_a_table() -> None:
     assert "mplex send_nowait" in result.stdout
     assert "framing floor" in result.stdout
     assert "[1/" in result.stderr  # the progress display
+
+
+def test_bench_json_is_machine_readable() -> None:
+    result = subprocess.run(
+        [*MPLEX, "bench", "--quick", "--json"], capture_output=True, text=True, timeout=300, check=False
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    saved = json.loads(result.stdout)
+    assert "mplex send_nowait" in saved["cases"]["32B"]["results"]

@@ -275,25 +275,36 @@ def median(results: list[dict[str, Any]], metric: str) -> float:
 
 
 class Progress:
+    """A live progress line on stderr: a rich progress bar on a terminal when rich is
+    installed, else one plain line per run (also what logs and pipes get)."""
+
     def __init__(self, total: int) -> None:
         self.total = total
         self.done = 0
         self.started = time.monotonic()
-        self.tty = sys.stderr.isatty()
+        self.bar: Any = None
+        if sys.stderr.isatty():
+            try:
+                from rich.console import Console  # noqa: PLC0415  (optional)
+                from rich.progress import Progress as RichProgress  # noqa: PLC0415
+            except ImportError:
+                return
+            self.bar = RichProgress(console=Console(stderr=True), transient=True)
+            self.task = self.bar.add_task("benchmarks", total=total)
+            self.bar.start()
 
     def step(self, label: str) -> None:
         self.done += 1
+        if self.bar is not None:
+            self.bar.update(self.task, completed=self.done - 1, description=label)
+            return
         elapsed = time.monotonic() - self.started
-        line = f"[{self.done}/{self.total}] {elapsed:5.0f}s  {label}"
-        if self.tty:
-            sys.stderr.write("\r\033[K" + line)
-        else:
-            sys.stderr.write(line + "\n")
+        sys.stderr.write(f"[{self.done}/{self.total}] {elapsed:5.0f}s  {label}\n")
         sys.stderr.flush()
 
     def close(self) -> None:
-        if self.tty:
-            sys.stderr.write("\n")
+        if self.bar is not None:
+            self.bar.stop()
 
 
 def pylibp2p_python() -> str:
