@@ -47,6 +47,8 @@ def print_table(title: str, headers: Sequence[str], rows: Sequence[Sequence[str]
         from rich.console import Console  # noqa: PLC0415  (optional dependency)
         from rich.table import Table  # noqa: PLC0415
     except ImportError:
+        if title:
+            print(title)
         print(plain_table(headers, rows))
         return
     table = Table(title=title or None)

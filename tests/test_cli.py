@@ -141,6 +141,16 @@ class TestServeAndDial:
         assert "Traceback" not in result.stderr
 
 
+def test_without_rich_tables_are_plain_text_with_their_title(monkeypatch: pytest.MonkeyPatch) -> None:
+    from mplex import _cli
+
+    monkeypatch.setitem(sys.modules, "rich.console", None)  # as if rich were not installed
+    lines: list[str] = []
+    monkeypatch.setattr("builtins.print", lambda *a, **k: lines.append(" ".join(map(str, a))))
+    _cli.print_table("2 frames", ["a", "bb"], [["1", "22"], ["333", "4"]])
+    assert lines == ["2 frames", "a    bb\n1    22\n333  4"]
+
+
 class TestArguments:
     @pytest.mark.parametrize(
         "args",
