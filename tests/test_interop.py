@@ -10,10 +10,12 @@ cancels out.  A missing node or py-libp2p fails these tests: `make test` install
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
 import subprocess
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import trio
@@ -41,6 +43,19 @@ async def start_peer_server(command: list[str], nursery: trio.Nursery) -> tuple[
             line += await process.stdout.receive_some(1)
     assert line.startswith(b"READY "), line
     return process, int(line.split()[1])
+
+
+@contextlib.asynccontextmanager
+async def our_server() -> AsyncIterator[int]:
+    """Serve one inbound mplex connection (sink/echo streams) on a port we yield."""
+    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+    async with listeners[0], trio.open_nursery() as nursery:
+
+        async def serve_one() -> None:
+            await serve_mplex(await listeners[0].accept())
+
+        nursery.start_soon(serve_one)
+        yield listeners[0].socket.getsockname()[1]
 
 
 async def read_all(stream: trio.abc.ReceiveStream) -> bytes:
@@ -90,14 +105,7 @@ class TestJsLibp2p:
             assert [results[i] == payloads[i] for i in range(len(payloads))] == [True] * len(payloads)
 
     async def test_js_dials_us_and_its_counts_match(self) -> None:
-        listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
-        port = listeners[0].socket.getsockname()[1]
-        async with listeners[0], trio.open_nursery() as nursery:
-
-            async def serve_one() -> None:
-                await serve_mplex(await listeners[0].accept())
-
-            nursery.start_soon(serve_one)
+        async with our_server() as port:
             args = [
                 "--port",
                 str(port),
@@ -121,6 +129,28 @@ class TestJsLibp2p:
             report = json.loads(result.stdout.decode().strip().splitlines()[-1])
             assert report["bytes"] == 20 * 50 * 1000  # js checked every count we sent back
 
+    async def test_frames_of_exactly_one_mebibyte_cross_both_ways(self) -> None:
+        """js splits large writes into 1 MiB frames (its maxMessageSize); we must accept
+        them, and js must accept ours when we send frames of exactly the limit."""
+        async with our_server() as port:
+            args = ["--port", str(port), "--case", "small", "--size", str(4 << 20), "--count", "2"]
+            with trio.fail_after(60):
+                result = await trio.run_process(
+                    ["node", str(JS_PEER), "client", *args],
+                    capture_stdout=True,
+                    capture_stderr=True,
+                    check=False,
+                )
+            assert result.returncode == 0, result.stderr.decode()[-2000:]
+        payload = random.Random(5).randbytes(3 << 20)
+        config = mplex.Config(max_send_frame_size=1 << 20)
+        async with trio.open_nursery() as nursery:
+            _process, port = await start_peer_server(["node", str(JS_PEER), "server"], nursery)
+            transport = await trio.open_tcp_stream("127.0.0.1", port)
+            with trio.fail_after(60):
+                async with mplex.open_muxer(transport, config) as muxer:
+                    assert await echo_through(muxer, payload) == payload
+
 
 class TestPyLibp2p:
     async def test_we_dial_py_libp2p_and_it_counts_our_bytes(self) -> None:
@@ -134,14 +164,7 @@ class TestPyLibp2p:
                     assert await sink_through(muxer, payload) == len(payload)
 
     async def test_py_libp2p_dials_us_and_its_count_matches(self) -> None:
-        listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
-        port = listeners[0].socket.getsockname()[1]
-        async with listeners[0], trio.open_nursery() as nursery:
-
-            async def serve_one() -> None:
-                await serve_mplex(await listeners[0].accept())
-
-            nursery.start_soon(serve_one)
+        async with our_server() as port:
             command = [pylibp2p_python(), "-m", "benchmarks.pylibp2p_peer", "client", "--port", str(port)]
             with trio.fail_after(60):
                 result = await trio.run_process(
