@@ -1,0 +1,130 @@
+"""Memory stays within the configured budget whatever a peer sends (measured).
+
+The attacker writes raw frames into a real socket, so whatever the muxer refuses to
+read stays in the kernel, not in Python; tracemalloc measures what the muxer holds.
+"""
+
+from __future__ import annotations
+
+import tracemalloc
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import pytest
+import trio
+import trio.testing
+
+import mplex
+from mplex import Flag
+from tests.helpers import frame, read_all, settle
+
+BUDGET = mplex.Config(max_stream_buffer=256 * 1024, max_connection_buffer=1024 * 1024)
+#: What the muxer may hold beyond the budget: one 64 KiB frame that crossed a limit, one
+#: transport read (256 KiB) being decoded, bookkeeping.  Measured peaks are below it.
+SLACK = 1024 * 1024
+CHUNK = frame(0, Flag.MESSAGE_INITIATOR, b"f" * 65536)
+
+
+@asynccontextmanager
+async def measured() -> AsyncIterator[list[int]]:
+    """Yield a list that receives the peak traced memory above the starting point."""
+    tracemalloc.start()
+    try:
+        start, _ = tracemalloc.get_traced_memory()
+        tracemalloc.reset_peak()
+        result: list[int] = []
+        yield result
+        _, peak = tracemalloc.get_traced_memory()
+        result.append(peak - start)
+    finally:
+        tracemalloc.stop()
+
+
+@asynccontextmanager
+async def attacked(config: mplex.Config) -> AsyncIterator[tuple[mplex.Muxer, trio.SocketStream]]:
+    a, b = trio.socket.socketpair()
+    attacker = trio.SocketStream(b)
+    try:
+        async with mplex.open_muxer(trio.SocketStream(a), config) as muxer:
+            yield muxer, attacker
+    finally:
+        await attacker.aclose()
+
+
+async def flood(attacker: trio.SocketStream, count: int) -> None:
+    for _ in range(count):
+        await attacker.send_all(CHUNK)
+
+
+class TestOneUnreadStream:
+    async def test_block_pushes_back_and_loses_nothing(self) -> None:
+        async with measured() as peak, attacked(BUDGET) as (muxer, attacker):
+            await attacker.send_all(frame(0, Flag.NEW_STREAM))
+            stream = await muxer.accept_stream()
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(flood, attacker, 300)  # 19.7 MB, never read meanwhile
+                await settle()
+                assert muxer._reader_blocked  # the flood is held back in the kernel
+                got = 0
+                while got < 300 * 65536:
+                    got += len(await stream.receive_some())
+            assert got == 300 * 65536  # nothing lost once the reader drains
+        assert peak[0] < BUDGET.max_connection_buffer + SLACK
+
+    async def test_reset_drops_the_stream_and_others_keep_working(self) -> None:
+        config = mplex.Config(
+            max_stream_buffer=256 * 1024, max_connection_buffer=1024 * 1024, slow_reader_policy="reset"
+        )
+        async with measured() as peak, attacked(config) as (muxer, attacker):
+            await attacker.send_all(frame(0, Flag.NEW_STREAM) + frame(1, Flag.NEW_STREAM))
+            flooded, other = await muxer.accept_stream(), await muxer.accept_stream()
+            await flood(attacker, 300)  # nothing blocks: the muxer keeps reading and dropping
+            await attacker.send_all(
+                frame(1, Flag.MESSAGE_INITIATOR, b"still here") + frame(1, Flag.CLOSE_INITIATOR)
+            )
+            assert await read_all(other) == b"still here"
+            with pytest.raises(mplex.StreamReset) as info:
+                await read_all(flooded)
+            assert not info.value.by_peer
+            assert "max_stream_buffer" in str(info.value)
+        assert peak[0] < config.max_stream_buffer + SLACK
+
+
+class TestManyStreamsAndFrames:
+    async def test_ten_thousand_opens_stay_within_limits(self) -> None:
+        config = mplex.Config(max_inbound_streams=100, accept_backlog=100, max_connection_buffer=1024 * 1024)
+        batches = [  # built before measuring: the attacker's memory is not ours
+            b"".join(
+                frame(i, Flag.NEW_STREAM) + frame(i, Flag.MESSAGE_INITIATOR, b"x" * 1000)
+                for i in range(start, start + 500)
+            )
+            for start in range(0, 10_000, 500)
+        ]
+        async with measured() as peak, attacked(config) as (muxer, attacker):
+            for batch in batches:
+                await attacker.send_all(batch)
+            await settle()
+            assert muxer.stats.streams_refused == 10_000 - 100
+            assert len(muxer._streams) == 100
+            assert muxer._buffered == 100 * 1000
+        assert peak[0] < config.max_connection_buffer + SLACK
+
+    async def test_large_frames_for_unknown_streams_are_dropped_without_growth(self) -> None:
+        big = frame(77, Flag.MESSAGE_INITIATOR, b"u" * (1 << 20))
+        async with measured() as peak, attacked(mplex.Config()) as (muxer, attacker):
+            for _ in range(30):
+                await attacker.send_all(big)
+            await settle()
+            assert muxer.stats.frames_dropped == 30
+            assert not muxer.closed
+        # One frame is assembled at a time (1 MiB) next to the read in progress.
+        assert peak[0] < 3 * (1 << 20) + SLACK
+
+    async def test_a_declared_two_to_the_sixty_two_byte_frame_closes_at_once(self) -> None:
+        async with measured() as peak, attacked(mplex.Config()) as (muxer, attacker):
+            await attacker.send_all(b"\x02" + mplex.encode_uvarint(2**62))
+            with trio.fail_after(5):
+                with pytest.raises(mplex.ConnectionLost) as info:
+                    await muxer.accept_stream()
+            assert isinstance(info.value.__cause__, mplex.FrameTooLargeError)
+        assert peak[0] < SLACK
