@@ -36,6 +36,9 @@ class Config:
     * ``accept_backlog``: streams waiting for ``accept_stream`` (1024).
     * ``max_stream_name_size``: bytes of a peer's stream name kept (1024).
     * ``max_flush_delay``: longest a frame waits when the program never idles (2 ms).
+    * ``abuse_window``, ``max_unknown_stream_frames``, ``max_refused_streams``,
+      ``max_resets_received``: abuse budgets per sliding window (10 s; 1,000; 1,000;
+      10,000); going over one closes the connection with a ``ProtocolError``.
 
     Raises ``ValueError`` when a value is out of range.
     """
@@ -97,6 +100,23 @@ class Config:
     #: never goes idle.  Normally frames leave as soon as every task is blocked; this
     #: bounds the delay when some other task keeps the scheduler busy.
     max_flush_delay: float = 0.002
+
+    #: Abuse budgets, each counted over a sliding window of ``abuse_window`` seconds;
+    #: going over one closes the connection with a ``ProtocolError`` naming it.
+    abuse_window: float = 10.0
+
+    #: Frames for streams that never existed (frames for streams that finished
+    #: recently are expected after a close or reset, and never count).  A legitimate
+    #: peer sends none; 1,000 per window leaves room for a peer with bugs.
+    max_unknown_stream_frames: int = 1_000
+
+    #: NewStream frames refused because a stream limit or the accept backlog was full.
+    #: Bursts happen; a peer that keeps opening what it is told to reset is a storm.
+    max_refused_streams: int = 1_000
+
+    #: Resets from the peer.  Resets are ordinary (every cancelled request sends one),
+    #: so the budget is high: it only stops open-and-reset storms.
+    max_resets_received: int = 10_000
 
     def __post_init__(self) -> None:
         def positive(name: str, value: float) -> None:

@@ -57,6 +57,7 @@ from typing import final
 import trio
 from trio.testing import wait_all_tasks_blocked
 
+from ._budget import SlidingBudget
 from ._codec import MAX_MESSAGE_SIZE, MAX_STREAM_ID, Decoder, Flag, RawFrame
 from ._config import Config
 from ._errors import ConnectionLost
@@ -93,7 +94,8 @@ class MuxerStats:
     streams_refused: int = 0
     resets_sent: int = 0
     resets_received: int = 0
-    #: Frames for streams that are unknown or already finished, dropped.
+    #: Frames for streams that are unknown or already finished, dropped.  Adjacent
+    #: Message frames of one stream that arrive together are merged and count once.
     frames_dropped: int = 0
     #: Seconds the reader spent not reading because readers fell behind.
     reader_blocked_seconds: float = 0.0
@@ -116,6 +118,12 @@ class Muxer:
         self._frame_size = self.config.max_send_frame_size
         self._high_water = self.config.send_high_water
         self._streams: dict[int, MplexStream] = {}
+        window = self.config.abuse_window
+        self._unknown_budget = SlidingBudget(
+            "max_unknown_stream_frames", self.config.max_unknown_stream_frames, window
+        )
+        self._refused_budget = SlidingBudget("max_refused_streams", self.config.max_refused_streams, window)
+        self._reset_budget = SlidingBudget("max_resets_received", self.config.max_resets_received, window)
         self._tombstones: OrderedDict[int, None] = OrderedDict()
         self._next_id = 0
         self._outbound = 0
@@ -384,16 +392,32 @@ class Muxer:
                 elif stream is not None and stream._closed_locally:
                     stream._on_late_data()
                 else:
-                    self.stats.frames_dropped += 1
+                    self._dropped(header, stream)
             elif flag == 0:
                 self._on_new_stream(header >> 3, body)
             else:
                 if flag >= 5:
                     self.stats.resets_received += 1
-                if stream is None or not (
-                    stream._on_remote_reset() if flag >= 5 else stream._on_remote_close()
-                ):
+                    self._spend(self._reset_budget)
+                if stream is None:
+                    self._dropped(header, stream)
+                elif not (stream._on_remote_reset() if flag >= 5 else stream._on_remote_close()):
                     self.stats.frames_dropped += 1
+
+    def _dropped(self, header: int, stream: MplexStream | None) -> None:
+        """A frame nobody can use.  Late frames for a stream that finished recently are
+        expected (they crossed our close or reset); frames for a stream that never
+        existed are spent from the abuse budget."""
+        self.stats.frames_dropped += 1
+        if stream is None and (header >> 3) << 1 | (header & 1) not in self._tombstones:
+            self._spend(self._unknown_budget)
+
+    def _spend(self, budget: SlidingBudget) -> None:
+        if not budget.add(trio.current_time()):
+            raise ProtocolError(
+                f"abuse budget exceeded: more than {budget.limit} events counted by "
+                f"Config.{budget.name} within {budget.window:g} s"
+            )
 
     def _on_new_stream(self, stream_id: int, name: bytes) -> None:
         key = stream_id << 1
@@ -402,6 +426,7 @@ class Muxer:
         config = self.config
         if self._inbound >= config.max_inbound_streams or len(self._backlog) >= config.accept_backlog:
             self.stats.streams_refused += 1
+            self._spend(self._refused_budget)
             self._remember(key)
             self._queue_control(stream_id, Flag.RESET_RECEIVER)
             return

@@ -5,7 +5,14 @@ from __future__ import annotations
 import subprocess
 import sys
 
-SANS_IO = ["mplex._varint", "mplex._codec", "mplex._config", "mplex._state", "mplex._exceptions"]
+SANS_IO = [
+    "mplex._varint",
+    "mplex._codec",
+    "mplex._config",
+    "mplex._state",
+    "mplex._exceptions",
+    "mplex._budget",
+]
 
 
 def test_sans_io_modules_do_not_import_trio() -> None:

@@ -1,0 +1,43 @@
+"""Abuse budgets: how many suspicious events a peer may cause per sliding window (sans-IO).
+
+Each budget counts one kind of event (frames for streams that never existed, opens we
+had to refuse, resets) over a sliding window, approximated the usual way with two
+fixed buckets: the previous bucket's count weighted by how much of it still overlaps
+the window, plus the current one.  O(1) time and memory per event, whatever the rate.
+The caller passes the time in; nothing here reads a clock.
+"""
+
+from __future__ import annotations
+
+__all__ = ["SlidingBudget"]
+
+
+class SlidingBudget:
+    """At most ``limit`` events per ``window`` seconds."""
+
+    __slots__ = ("_current", "_previous", "_start", "limit", "name", "window")
+
+    def __init__(self, name: str, limit: int, window: float) -> None:
+        self.name = name
+        self.limit = limit
+        self.window = window
+        self._start = 0.0
+        self._current = 0
+        self._previous = 0
+
+    def add(self, now: float) -> bool:
+        """Count one event at time ``now``; return False once the budget is exceeded."""
+        elapsed = now - self._start
+        if elapsed >= self.window:
+            buckets = int(elapsed // self.window)
+            self._previous = self._current if buckets == 1 else 0
+            self._current = 0
+            self._start += buckets * self.window
+            elapsed = now - self._start
+        self._current += 1
+        return self.estimate(now) <= self.limit
+
+    def estimate(self, now: float) -> float:
+        """Events in the window ending at ``now`` (previous bucket weighted by overlap)."""
+        overlap = max(0.0, 1.0 - (now - self._start) / self.window)
+        return self._previous * overlap + self._current
