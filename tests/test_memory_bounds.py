@@ -92,7 +92,14 @@ class TestOneUnreadStream:
 
 class TestManyStreamsAndFrames:
     async def test_ten_thousand_opens_stay_within_limits(self) -> None:
-        config = mplex.Config(max_inbound_streams=100, accept_backlog=100, max_connection_buffer=1024 * 1024)
+        # The refused-opens abuse budget would close this connection (tests/test_abuse.py);
+        # raise it here to measure memory under a sustained storm instead.
+        config = mplex.Config(
+            max_inbound_streams=100,
+            accept_backlog=100,
+            max_connection_buffer=1024 * 1024,
+            max_refused_streams=100_000,
+        )
         batches = [  # built before measuring: the attacker's memory is not ours
             b"".join(
                 frame(i, Flag.NEW_STREAM) + frame(i, Flag.MESSAGE_INITIATOR, b"x" * 1000)
