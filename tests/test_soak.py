@@ -1,0 +1,80 @@
+"""Soak: many streams with random sizes, slow readers and half-closes over TCP, under
+the "block" policy: every byte arrives (checked by hash) and memory stays flat.
+
+3 seconds in `make test`; `MPLEX_FULL=1` runs the 30-second version.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import random
+
+import trio
+
+import mplex
+from mplex._bench.peer import current_rss
+from tests.helpers import muxer_pair, read_all, tcp_transport
+
+DURATION = 30.0 if os.environ.get("MPLEX_FULL") else 3.0
+STREAMS = 200
+
+
+async def test_soak_delivers_every_byte_with_flat_memory() -> None:
+    rng = random.Random(2026)
+    config = mplex.Config(max_stream_buffer=64 * 1024, max_connection_buffer=2 * 1024 * 1024)
+    checked = 0
+    rss: list[int] = []
+    async with muxer_pair(tcp_transport, config=config) as (left, right):
+        deadline = trio.current_time() + DURATION
+
+        async def echo_slowly(stream: mplex.MplexStream, seed: int) -> None:
+            pace = random.Random(seed)
+            async with stream:
+                while data := await stream.receive_some(pace.choice([512, 4096, 65536])):
+                    if pace.random() < 0.2:
+                        await trio.sleep(pace.random() * 0.01)  # a slow reader
+                    await stream.send_all(data)
+
+        async def serve() -> None:
+            async with trio.open_nursery() as nursery:
+                async for stream in right:
+                    nursery.start_soon(echo_slowly, stream, rng.random())
+
+        async def worker(seed: int) -> None:
+            nonlocal checked
+            pace = random.Random(seed)
+            while trio.current_time() < deadline:
+                payload = pace.randbytes(pace.choice([0, 1, 100, 5000, pace.randrange(400_000)]))
+                stream = await left.open_stream()
+                async with trio.open_nursery() as nursery:
+
+                    async def send(stream: mplex.MplexStream = stream, payload: bytes = payload) -> None:
+                        for start in range(0, len(payload), 32_768):
+                            await stream.send_all(payload[start : start + 32_768])
+                        await stream.send_eof()  # half-close; the echo keeps coming back
+
+                    nursery.start_soon(send)
+                    echoed = await read_all(stream)
+                assert hashlib.sha256(echoed).digest() == hashlib.sha256(payload).digest()
+                await stream.aclose()
+                checked += 1
+
+        async def sample_memory() -> None:
+            while trio.current_time() < deadline:
+                rss.append(current_rss())
+                await trio.sleep(DURATION / 20)
+
+        with trio.fail_after(DURATION + 120):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(serve)
+                nursery.start_soon(sample_memory)
+                async with trio.open_nursery() as workers:
+                    for seed in range(STREAMS):
+                        workers.start_soon(worker, seed)
+                nursery.cancel_scope.cancel()
+        assert left._streams == {} and right._streams == {}
+    assert checked >= STREAMS
+    # Flat: after the first third, RSS grows by less than 16 MiB whatever the duration.
+    settled = rss[len(rss) // 3]
+    assert max(rss) - settled < 16 * 1024 * 1024, [r // 1024 for r in rss]
