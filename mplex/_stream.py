@@ -76,6 +76,7 @@ class MplexStream(trio.abc.HalfCloseableStream):
         self._can_send = True  # derived: state sendable, not closed, muxer alive
         self._can_receive = True  # derived: state receivable and not closed locally
         self._eof = False  # the peer's Close arrived: its data is complete
+        self._eof_sent = False  # our Close was queued: sending is over, whatever follows
         self._failure: BaseException | None = None  # why the stream broke, if it did
         self._chunks: deque[bytes] = deque()
         self._offset = 0  # bytes of _chunks[0] already handed out
@@ -204,10 +205,13 @@ class MplexStream(trio.abc.HalfCloseableStream):
             await trio.lowlevel.checkpoint()
             if self._closed_locally:
                 raise trio.ClosedResourceError("this stream was closed")
+            if self._eof_sent:
+                return  # repeating send_eof is harmless, whatever happened since
             if self._failure is not None and self._state in _SENDABLE:
                 self._raise_send_error()  # our EOF can no longer reach the peer
             verdict = self._apply(StreamEvent.SEND_CLOSE)
             if verdict is Verdict.OK:
+                self._eof_sent = True
                 self._muxer._queue_control(self.id, self._flag(Flag.CLOSE_INITIATOR))
                 self._refresh()
             elif verdict is Verdict.BROKEN:
@@ -216,8 +220,12 @@ class MplexStream(trio.abc.HalfCloseableStream):
             self._send_busy = False
 
     def _raise_send_error(self) -> None:
+        # Local reasons first: sending after our own close or EOF is the caller's
+        # mistake (trio's ClosedResourceError) even if the peer reset the stream since.
         if self._closed_locally:
             raise trio.ClosedResourceError("this stream was closed")
+        if self._eof_sent:
+            raise trio.ClosedResourceError("send_eof() was called on this stream")
         if self._failure is not None:
             raise self._failure_error() from self._failure.__cause__
         raise trio.ClosedResourceError("send_eof() was called on this stream")
