@@ -18,7 +18,7 @@ BENCH_VENV := .venv-bench
 BENCH_STAMP := $(BENCH_VENV)/.installed
 export MPLEX_BENCH_PYLIBP2P_PYTHON := $(abspath $(BENCH_VENV))/bin/python
 
-.PHONY: test test-min lint bench bench-quick clean
+.PHONY: test test-full test-min lint bench bench-quick clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -29,7 +29,7 @@ $(STAMP): pyproject.toml | $(BIN)/python
 	touch $@
 
 lint: $(STAMP)
-	$(BIN)/ruff check mplex tests benchmarks examples
+	$(BIN)/ruff check mplex tests benchmarks examples fuzz
 	$(BIN)/mypy --strict mplex
 
 # The js peer is pinned by package-lock.json; npm ci installs exactly that.
@@ -46,6 +46,10 @@ $(BENCH_STAMP): pyproject.toml
 test: lint $(STAMP) $(JS_STAMP) $(BENCH_STAMP)
 	$(BIN)/python -m pytest
 	$(MAKE) test-min
+
+# The long versions: the 30-second soak and the 100,000-stream churn.
+test-full: lint $(STAMP) $(JS_STAMP) $(BENCH_STAMP)
+	MPLEX_FULL=1 $(BIN)/python -m pytest
 
 # The suite once more on the oldest supported trio.  The benchmark-harness test is
 # left out here: it checks the harness and its peers, not trio compatibility, and the

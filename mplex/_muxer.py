@@ -94,6 +94,8 @@ class MuxerStats:
     streams_refused: int = 0
     resets_sent: int = 0
     resets_received: int = 0
+    #: Streams we reset because their reader fell behind (the slow-reader policy).
+    streams_reset_by_policy: int = 0
     #: Frames for streams that are unknown or already finished, dropped.  Adjacent
     #: Message frames of one stream that arrive together are merged and count once.
     frames_dropped: int = 0

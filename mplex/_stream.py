@@ -373,6 +373,7 @@ class MplexStream(trio.abc.HalfCloseableStream):
         """The slow-reader policy gave up on this stream: reset it, keep its buffer."""
         if self._apply(StreamEvent.SEND_RESET) is Verdict.OK:
             self._muxer._queue_control(self.id, self._flag(Flag.RESET_INITIATOR))
+            self._muxer.stats.streams_reset_by_policy += 1
             self._fail(
                 StreamReset(
                     f"stream {self.id} was reset because its reader fell more than "

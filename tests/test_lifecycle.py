@@ -113,6 +113,16 @@ class TestTransportEnds:
                 await inbound.receive_some()
             assert [s async for s in muxer] == []  # a peer's EOF is a clean end
 
+    async def test_the_transport_ending_mid_frame_keeps_earlier_data_and_reports_it(self) -> None:
+        async with raw_pair() as (muxer, peer):
+            whole = frame(0, Flag.NEW_STREAM) + frame(0, Flag.MESSAGE_INITIATOR, b"complete")
+            await peer.send(whole + frame(0, Flag.MESSAGE_INITIATOR, b"cut short")[:5])
+            stream = await muxer.accept_stream()
+            await peer.stream.aclose()
+            assert await stream.receive_some() == b"complete"
+            with pytest.raises(mplex.ConnectionLost, match="peer closed"):
+                await stream.receive_some()
+
     async def test_a_sender_blocked_on_a_full_buffer_wakes_when_the_transport_breaks(self) -> None:
         a, b = trio.testing.lockstep_stream_pair()  # send_all blocks until the peer reads
         config = mplex.Config(send_high_water=1000, max_send_frame_size=100)

@@ -87,7 +87,23 @@ class TestOneUnreadStream:
                 await read_all(flooded)
             assert not info.value.by_peer
             assert "max_stream_buffer" in str(info.value)
+            assert muxer.stats.streams_reset_by_policy == 1
         assert peak[0] < config.max_stream_buffer + SLACK
+
+
+async def test_other_connections_keep_serving_while_one_is_flooded() -> None:
+    async with attacked(BUDGET) as (flooded_muxer, attacker), attacked(mplex.Config()) as (other, peer):
+        await attacker.send_all(frame(0, Flag.NEW_STREAM))
+        await flooded_muxer.accept_stream()  # and never read
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(flood, attacker, 100)
+            await settle()
+            assert flooded_muxer._reader_blocked
+            # The other connection of this process answers at once.
+            await peer.send_all(frame(0, Flag.NEW_STREAM) + frame(0, Flag.MESSAGE_INITIATOR, b"ping"))
+            with trio.fail_after(5):
+                assert await (await other.accept_stream()).receive_some() == b"ping"
+            nursery.cancel_scope.cancel()
 
 
 class TestManyStreamsAndFrames:
