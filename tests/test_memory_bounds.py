@@ -65,6 +65,10 @@ class TestOneUnreadStream:
                 nursery.start_soon(flood, attacker, 300)  # 19.7 MB, never read meanwhile
                 await settle()
                 assert muxer._reader_blocked  # the flood is held back in the kernel
+                # Blocking never stops us opening streams (the writer is independent).
+                with trio.fail_after(5):
+                    opened = await muxer.open_stream()
+                    await opened.send_all(b"still sending")
                 got = 0
                 while got < 300 * 65536:
                     got += len(await stream.receive_some())
