@@ -36,6 +36,7 @@ async def measured() -> AsyncIterator[list[int]]:
         yield result
         _, peak = tracemalloc.get_traced_memory()
         result.append(peak - start)
+        print(f"\npeak traced memory: {(peak - start) / 2**20:.2f} MiB")  # shown with pytest -s
     finally:
         tracemalloc.stop()
 

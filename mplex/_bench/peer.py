@@ -57,6 +57,13 @@ def nodelay(stream: trio.SocketStream) -> None:
 
 
 async def serve_stream(stream: trio.abc.HalfCloseableStream) -> None:
+    try:
+        await serve_stream_modes(stream)
+    except trio.BrokenResourceError:
+        pass  # the client went away mid-stream: that ends this stream, not the server
+
+
+async def serve_stream_modes(stream: trio.abc.HalfCloseableStream) -> None:
     mode = await stream.receive_some(1)
     if mode == b"S":
         count = 0

@@ -261,7 +261,9 @@ def run_once(run: Run, timeout: float) -> dict[str, Any]:
         if client.returncode:
             raise RuntimeError(f"client failed: {client.stderr[-2000:]}")
         result = last_json(client.stdout)
-        rest, _ = server.communicate(timeout=timeout)
+        rest, problems = server.communicate(timeout=timeout)
+        if server.returncode:
+            raise RuntimeError(f"{run.label}: server failed: {problems[-3000:]}")
         result["server_peak_rss"] = last_json(rest)["peak_rss"]
         return result
     finally:
