@@ -25,7 +25,8 @@ class End:
     sent: bytearray = dataclasses.field(default_factory=bytearray)
     received: bytearray = dataclasses.field(default_factory=bytearray)
     eof_sent: bool = False
-    reset_here: bool = False
+    closed_here: bool = False  # reset() was called on this end: local calls say closed
+    reset_sent: bool = False  # ...and it reached the wire (the stream was not finished)
 
 
 @dataclasses.dataclass
@@ -83,20 +84,20 @@ async def run_model(ops: list[tuple[str, int, int, int]]) -> None:
                 if op == "send":
                     counter += 1
                     data = bytes([counter % 256]) * size
-                    if me.reset_here or me.eof_sent:
+                    if me.closed_here or me.eof_sent:
                         with pytest.raises(trio.ClosedResourceError):
                             await stream.send_all(data)
-                    elif peer.reset_here:
+                    elif peer.reset_sent:
                         with pytest.raises(mplex.StreamReset):
                             await stream.send_all(data)
                     else:
                         await stream.send_all(data)
                         me.sent += data
                 elif op == "eof":
-                    if me.reset_here:
+                    if me.closed_here:
                         with pytest.raises(trio.ClosedResourceError):
                             await stream.send_eof()
-                    elif peer.reset_here and not me.eof_sent:
+                    elif peer.reset_sent and not me.eof_sent:
                         with pytest.raises(mplex.StreamReset):
                             await stream.send_eof()
                     else:
@@ -104,12 +105,13 @@ async def run_model(ops: list[tuple[str, int, int, int]]) -> None:
                         me.eof_sent = True
                 elif op == "reset":
                     stream.reset()
-                    if not (me.eof_sent and peer.eof_sent):  # a finished stream has nothing to reset
-                        me.reset_here = True
+                    me.closed_here = True
+                    if not (me.eof_sent and peer.eof_sent) and not me.reset_sent:
+                        me.reset_sent = True  # a finished stream has nothing to reset
                 elif op == "read":
                     await settle()
                     unread = peer.sent[len(me.received) :]
-                    if me.reset_here:
+                    if me.closed_here:
                         with pytest.raises(trio.ClosedResourceError):
                             await stream.receive_some()
                     elif unread:
@@ -118,7 +120,7 @@ async def run_model(ops: list[tuple[str, int, int, int]]) -> None:
                         me.received += data
                     elif peer.eof_sent:
                         assert await stream.receive_some() == b""
-                    elif peer.reset_here:
+                    elif peer.reset_sent:
                         with pytest.raises(mplex.StreamReset):
                             await stream.receive_some()
             await settle()
