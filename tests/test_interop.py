@@ -45,6 +45,17 @@ async def start_peer_server(command: list[str], nursery: trio.Nursery) -> tuple[
     return process, int(line.split()[1])
 
 
+async def run_js_client(args: list[str]) -> dict[str, object]:
+    """Run the js peer as a client; it checks every count we answer.  Its report."""
+    with trio.fail_after(60):
+        result = await trio.run_process(
+            ["node", str(JS_PEER), "client", *args], capture_stdout=True, capture_stderr=True, check=False
+        )
+    assert result.returncode == 0, result.stderr.decode()[-2000:]
+    report: dict[str, object] = json.loads(result.stdout.decode().strip().splitlines()[-1])
+    return report
+
+
 @contextlib.asynccontextmanager
 async def our_server() -> AsyncIterator[int]:
     """Serve one inbound mplex connection (sink/echo streams) on a port we yield."""
@@ -118,15 +129,7 @@ class TestJsLibp2p:
                 "--count",
                 "50",
             ]
-            with trio.fail_after(60):
-                result = await trio.run_process(
-                    ["node", str(JS_PEER), "client", *args],
-                    capture_stdout=True,
-                    capture_stderr=True,
-                    check=False,
-                )
-            assert result.returncode == 0, result.stderr.decode()[-2000:]
-            report = json.loads(result.stdout.decode().strip().splitlines()[-1])
+            report = await run_js_client(args)
             assert report["bytes"] == 20 * 50 * 1000  # js checked every count we sent back
 
     async def test_frames_of_exactly_one_mebibyte_cross_both_ways(self) -> None:
@@ -134,14 +137,7 @@ class TestJsLibp2p:
         them, and js must accept ours when we send frames of exactly the limit."""
         async with our_server() as port:
             args = ["--port", str(port), "--case", "small", "--size", str(4 << 20), "--count", "2"]
-            with trio.fail_after(60):
-                result = await trio.run_process(
-                    ["node", str(JS_PEER), "client", *args],
-                    capture_stdout=True,
-                    capture_stderr=True,
-                    check=False,
-                )
-            assert result.returncode == 0, result.stderr.decode()[-2000:]
+            await run_js_client(args)
         payload = random.Random(5).randbytes(3 << 20)
         config = mplex.Config(max_send_frame_size=1 << 20)
         async with trio.open_nursery() as nursery:
