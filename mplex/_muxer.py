@@ -151,7 +151,6 @@ class Muxer:
         self._error: BaseException | None = None
         self._clean_end = False
         self._run_scope: trio.CancelScope | None = None
-        self._stopped = trio.Event()
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -176,7 +175,6 @@ class Muxer:
         finally:
             if self._state is _RUNNING:
                 self._fail(ConnectionLost("the muxer's run() task was cancelled"))
-            self._stopped.set()
             await trio.aclose_forcefully(self._transport)
 
     async def aclose(self) -> None:
