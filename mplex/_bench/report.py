@@ -34,7 +34,8 @@ def _throughput(suite: Sequence[CaseLike], case: str, label: str) -> float | Non
     return None
 
 
-Target = tuple[str, Callable[[Sequence[CaseLike]], tuple[float, float] | None], str, str]
+Measure = Callable[[Sequence[CaseLike]], tuple[float, float] | None]
+Target = tuple[str, Measure, str, str]
 # (description, measure -> (value, limit) or None when a baseline is missing, "min"/"max", unit)
 
 
@@ -66,20 +67,18 @@ def targets() -> list[Target]:
         assert sendall is not None and nowait is not None and ckpt is not None
         return sendall / (nowait + ckpt), 1.3
 
-    def floor_ratio(s: Sequence[CaseLike]) -> tuple[float, float] | None:
-        a = _median(s, "32B", "mplex send_nowait", "seconds")
-        b = _median(s, "32B", "framing floor", "seconds")
-        return None if a is None or b is None else (a / b, 2.0)
+    def time_ratio(case: str, mine: str, base: str, metric: str, limit: float) -> Measure:
+        """Our median over the baseline's (lower is better)."""
 
-    def logging_cost(s: Sequence[CaseLike]) -> tuple[float, float] | None:
-        a = _median(s, "32B", "mplex send_nowait, logging at INFO", "seconds")
-        b = _median(s, "32B", "mplex send_nowait", "seconds")
-        return None if a is None or b is None else (a / b, 1.05)
+        def measure(s: Sequence[CaseLike]) -> tuple[float, float] | None:
+            a, b = _median(s, case, mine, metric), _median(s, case, base, metric)
+            return None if a is None or b is None else (a / b, limit)
 
-    def latency(s: Sequence[CaseLike]) -> tuple[float, float] | None:
-        a = _median(s, "latency", "mplex", "p50_us")
-        b = _median(s, "latency", "raw trio socket", "p50_us")
-        return None if a is None or b is None else (a / b, 1.2)
+        return measure
+
+    def faster(description: str, mine: tuple[str, str], base: tuple[str, str], limit: float) -> Target:
+        """A throughput ratio that must reach ``limit``."""
+        return (description, vs(tp(*mine), tp(*base), limit), "min", "x")
 
     def fairness(s: Sequence[CaseLike]) -> tuple[float, float] | None:
         a = _median(s, "fairness", "mplex", "p99_us")
@@ -97,58 +96,56 @@ def targets() -> list[Target]:
         a = _median(s, "idle streams", "mplex", "bytes_per_stream")
         return None if a is None else (a / 1024, 4.0)
 
+    nowait, sendall, js = ("32B", "mplex send_nowait"), ("32B", "mplex send_all"), ("32B", "js-libp2p mplex")
     found: list[Target] = [
+        faster("32 B send_nowait vs js-libp2p (throughput)", nowait, js, 20),
+        faster(
+            "32 B send_nowait vs py-libp2p (throughput)", nowait, ("32B", "py-libp2p mplex (10.5 MB)"), 200
+        ),
         (
-            "32 B send_nowait vs js-libp2p (throughput)",
-            vs(tp("32B", "mplex send_nowait"), tp("32B", "js-libp2p mplex"), 20),
-            "min",
+            "32 B send_nowait time vs the framing floor",
+            time_ratio("32B", "mplex send_nowait", "framing floor", "seconds", 2.0),
+            "max",
             "x",
         ),
         (
-            "32 B send_nowait vs py-libp2p (throughput)",
-            vs(tp("32B", "mplex send_nowait"), tp("32B", "py-libp2p mplex (10.5 MB)"), 200),
-            "min",
+            "32 B send_nowait with logging at INFO vs without (tracing off costs)",
+            time_ratio("32B", "mplex send_nowait, logging at INFO", "mplex send_nowait", "seconds", 1.05),
+            "max",
             "x",
         ),
-        ("32 B send_nowait time vs the framing floor", floor_ratio, "max", "x"),
-        ("32 B send_nowait with logging at INFO vs without (tracing off costs)", logging_cost, "max", "x"),
-        (
-            "32 B send_all vs js-libp2p (throughput)",
-            vs(tp("32B", "mplex send_all"), tp("32B", "js-libp2p mplex"), 2.5),
-            "min",
-            "x",
-        ),
+        faster("32 B send_all vs js-libp2p (throughput)", sendall, js, 2.5),
         ("32 B send_all time vs send_nowait + bare checkpoints", sendall_overhead, "max", "x"),
-    ]
-    found += [
-        (
-            f"bulk {size} vs raw trio socket (throughput)",
-            vs(tp(f"bulk {size}", "mplex"), tp(f"bulk {size}", "raw trio socket"), 0.5),
-            "min",
-            "x",
-        )
-        for size in ("64 KiB", "1 MiB", "16 MiB", "16 MiB x 64")
-    ]
-    found += [
-        (
+        *[
+            faster(
+                f"bulk {size} vs raw trio socket (throughput)",
+                (f"bulk {size}", "mplex"),
+                (f"bulk {size}", "raw trio socket"),
+                0.5,
+            )
+            for size in ("64 KiB", "1 MiB", "16 MiB", "16 MiB x 64")
+        ],
+        faster(
             "1 GiB in 16 MiB sends vs one 16 MiB send (throughput)",
-            vs(tp("bulk 16 MiB x 64", "mplex"), tp("bulk 16 MiB", "mplex"), 0.8),
-            "min",
-            "x",
+            ("bulk 16 MiB x 64", "mplex"),
+            ("bulk 16 MiB", "mplex"),
+            0.8,
         ),
-        (
-            "fan-out vs js-libp2p (throughput)",
-            vs(tp("fan-out", "mplex"), tp("fan-out", "js-libp2p mplex"), 1.5),
-            "min",
-            "x",
+        faster(
+            "fan-out vs js-libp2p (throughput)", ("fan-out", "mplex"), ("fan-out", "js-libp2p mplex"), 1.5
         ),
-        (
+        faster(
             "request/response vs 100 raw connections (req/s)",
-            vs(tp("request/response", "mplex"), tp("request/response", "raw, 100 connections"), 1.0),
-            "min",
+            ("request/response", "mplex"),
+            ("request/response", "raw, 100 connections"),
+            1.0,
+        ),
+        (
+            "latency p50 vs raw TCP",
+            time_ratio("latency", "mplex", "raw trio socket", "p50_us", 1.2),
+            "max",
             "x",
         ),
-        ("latency p50 vs raw TCP", latency, "max", "x"),
         ("fairness: ping p99 during a 256 MiB transfer", fairness, "max", " ms"),
         ("peak RSS per process, 32 B case", rss_32, "max", " MiB"),
         ("RSS per idle open stream", idle, "max", " KiB"),
