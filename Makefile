@@ -10,7 +10,9 @@ STAMP := $(VENV)/.installed
 TRIO_MIN := 0.27.0
 MIN_VENV := .venv-trio-min
 
-JS_DIR := benchmarks/js
+# The js peers (tests/interop/peer.mjs and the benchmark's benchmarks/js/peer.mjs) share
+# one pinned npm install.
+JS_DIR := tests/interop
 JS_STAMP := $(JS_DIR)/node_modules/.installed
 # py-libp2p (the benchmark baseline) lives in its own venv: it brings ~70 packages,
 # among them trio-typing, whose stale stubs would shadow trio's own types for mypy.

@@ -10,7 +10,10 @@ A pure-Python implementation of the libp2p mplex stream multiplexer
         reply = await stream.receive_some()
 
 The sans-IO core (``Encoder``, ``Decoder``, ``Flag``, ``Frame``, the varint helpers)
-never imports trio and can drive any I/O framework.
+never imports trio and can drive any I/O framework; so do the multistream-select
+machines (``DialerNegotiation``, ``ListenerNegotiation``), whose trio helpers
+``select_protocol`` and ``accept_protocol`` agree on ``/mplex/6.7.0`` (or any protocol)
+before a connection or stream is used.
 """
 
 from __future__ import annotations
@@ -31,9 +34,17 @@ from ._exceptions import InvalidVarintError as InvalidVarintError
 from ._exceptions import MplexError as MplexError
 from ._exceptions import ProtocolError as ProtocolError
 from ._exceptions import UnknownFlagError as UnknownFlagError
+from ._multistream import MAX_PROTOCOL_MESSAGE_SIZE as MAX_PROTOCOL_MESSAGE_SIZE
+from ._multistream import MULTISTREAM_PROTOCOL_ID as MULTISTREAM_PROTOCOL_ID
+from ._multistream import DialerNegotiation as DialerNegotiation
+from ._multistream import ListenerNegotiation as ListenerNegotiation
+from ._multistream import NegotiationError as NegotiationError
+from ._multistream import ProtocolNotSupportedError as ProtocolNotSupportedError
 from ._muxer import Muxer as Muxer
 from ._muxer import MuxerStats as MuxerStats
 from ._muxer import open_muxer as open_muxer
+from ._negotiation import accept_protocol as accept_protocol
+from ._negotiation import select_protocol as select_protocol
 from ._stream import MplexStream as MplexStream
 from ._varint import decode_uvarint as decode_uvarint
 from ._varint import encode_uvarint as encode_uvarint
@@ -42,26 +53,34 @@ __version__ = "0.1.0"
 
 __all__ = [
     "MAX_MESSAGE_SIZE",
+    "MAX_PROTOCOL_MESSAGE_SIZE",
     "MAX_STREAM_ID",
+    "MULTISTREAM_PROTOCOL_ID",
     "PROTOCOL_ID",
     "Config",
     "ConnectionLost",
     "Decoder",
+    "DialerNegotiation",
     "Encoder",
     "Flag",
     "Frame",
     "FrameTooLargeError",
     "InvalidVarintError",
+    "ListenerNegotiation",
     "MplexError",
     "MplexStream",
     "Muxer",
     "MuxerStats",
+    "NegotiationError",
     "ProtocolError",
+    "ProtocolNotSupportedError",
     "SlowReaderPolicy",
     "StreamReset",
     "UnknownFlagError",
     "__version__",
+    "accept_protocol",
     "decode_uvarint",
     "encode_uvarint",
     "open_muxer",
+    "select_protocol",
 ]

@@ -12,6 +12,7 @@ SANS_IO = [
     "mplex._state",
     "mplex._exceptions",
     "mplex._budget",
+    "mplex._multistream",
 ]
 
 

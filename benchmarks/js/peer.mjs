@@ -6,61 +6,10 @@
 //   node peer.mjs server
 //   node peer.mjs client --port P --case small|fanout --size N --count N [--streams N]
 
-// @libp2p/utils 7.4 calls Promise.withResolvers, which node 20 lacks.
-if (typeof Promise.withResolvers !== 'function') {
-  Promise.withResolvers = function () {
-    let resolve, reject
-    const promise = new Promise((res, rej) => { resolve = res; reject = rej })
-    return { promise, resolve, reject }
-  }
-}
-
 import net from 'node:net'
 import { once } from 'node:events'
-import { mplex } from '@libp2p/mplex'
-import { AbstractMultiaddrConnection } from '@libp2p/utils'
-import { defaultLogger } from '@libp2p/logger'
-import { multiaddr } from '@multiformats/multiaddr'
-
-// A MultiaddrConnection over a net.Socket, written the way js-libp2p's TCP transport
-// does it: one socket.write per buffer, stop at the first write that asks for a drain.
-class SocketConnection extends AbstractMultiaddrConnection {
-  constructor (socket, direction) {
-    super({
-      log: defaultLogger().forComponent('bench:conn'),
-      direction,
-      remoteAddr: multiaddr(`/ip4/127.0.0.1/tcp/${socket.remotePort}`)
-    })
-    this.socket = socket
-    socket.setNoDelay(true)
-    socket.on('data', (buf) => this.onData(buf))
-    socket.on('drain', () => this.safeDispatchEvent('drain'))
-    socket.once('end', () => this.onTransportClosed())
-    socket.once('close', () => this.onTransportClosed())
-    socket.on('error', (err) => this.abort(err))
-  }
-
-  sendData (data) {
-    let sentBytes = 0
-    let canSendMore = true
-    for (const buf of data) {
-      sentBytes += buf.byteLength
-      canSendMore = this.socket.write(buf)
-      if (!canSendMore) break
-    }
-    return { sentBytes, canSendMore }
-  }
-
-  async sendClose () {
-    if (this.socket.destroyed) return
-    this.socket.end()
-    await once(this.socket, 'close')
-  }
-
-  sendReset () { this.socket.resetAndDestroy() }
-  sendPause () { this.socket.pause() }
-  sendResume () { this.socket.resume() }
-}
+// The shared wrapper lives beside the pinned node_modules, in tests/interop.
+import { mplex, reader, send, SocketConnection } from '../../tests/interop/connection.mjs'
 
 // The library's default disconnectThreshold (5 new streams per second) would kill the
 // fan-out case; raise it as the library's own compliance tests do.
@@ -68,29 +17,6 @@ const factory = mplex({ disconnectThreshold: Infinity })()
 
 function peakRss () { return process.resourceUsage().maxRSS * 1024 }
 function emit (fields) { console.log(JSON.stringify({ ...fields, peak_rss: peakRss() })) }
-
-// Wait for the next 'message' (or the end) on a stream.
-function reader (stream) {
-  const queue = []
-  let waiting = null
-  let ended = false
-  stream.addEventListener('message', (evt) => {
-    const data = evt.data.subarray ? evt.data.subarray() : evt.data
-    queue.push(data)
-    if (waiting) { const w = waiting; waiting = null; w() }
-  })
-  const end = () => { ended = true; if (waiting) { const w = waiting; waiting = null; w() } }
-  stream.addEventListener('remoteCloseWrite', end)
-  stream.addEventListener('close', end)
-  return async function next () {
-    while (queue.length === 0 && !ended) await new Promise((resolve) => { waiting = resolve })
-    return queue.length ? queue.shift() : null
-  }
-}
-
-async function send (stream, data) {
-  if (!stream.send(data)) await once(stream, 'drain')
-}
 
 async function serveStream (stream) {
   const next = reader(stream)

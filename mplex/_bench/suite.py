@@ -323,7 +323,7 @@ def unavailable(run: Run) -> str | None:
     if run.impl == "js":
         if shutil.which("node") is None:
             return "node is not installed"
-        if not (CHECKOUT / "js" / "node_modules").is_dir():
+        if not (CHECKOUT.parent / "tests" / "interop" / "node_modules").is_dir():
             return "the js peer is not installed (run `make bench` in a source checkout)"
     if run.impl == "pylibp2p":
         python = pylibp2p_python()
