@@ -25,9 +25,11 @@ from pathlib import Path
 
 import trio
 
-from ._codec import Decoder, Frame
+from ._codec import PROTOCOL_ID, Decoder, Frame
 from ._exceptions import ProtocolError
+from ._multistream import NegotiationError
 from ._muxer import Muxer, open_muxer
+from ._negotiation import accept_protocol, select_protocol
 from ._stream import MplexStream
 from ._varint import encode_uvarint
 
@@ -158,7 +160,20 @@ async def drain(stream: MplexStream) -> None:
         pass
 
 
-async def serve_connection(mode: str, size: int, transport: trio.SocketStream) -> None:
+NEGOTIATE_HELP = f"agree on {PROTOCOL_ID} with multistream-select first, as libp2p peers do"
+#: How long a peer may take to negotiate /mplex/6.7.0 with `serve --negotiate`.
+NEGOTIATION_TIMEOUT = 10.0
+
+
+async def serve_connection(mode: str, size: int, negotiate: bool, transport: trio.SocketStream) -> None:
+    if negotiate:
+        try:
+            with trio.fail_after(NEGOTIATION_TIMEOUT):
+                await accept_protocol(transport, [PROTOCOL_ID])
+        except (NegotiationError, trio.TooSlowError, trio.BrokenResourceError) as exc:
+            logging.getLogger("mplex").info("negotiation failed: %s", str(exc) or "timed out")
+            await trio.aclose_forcefully(transport)
+            return
     async with open_muxer(transport) as muxer, trio.open_nursery() as nursery:
         try:
             async for stream in muxer:
@@ -182,9 +197,8 @@ async def serve(args: argparse.Namespace) -> None:
     host, port = listeners[0].socket.getsockname()[:2]
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(
-                trio.serve_listeners, partial(serve_connection, args.mode, args.size), listeners
-            )
+            handler = partial(serve_connection, args.mode, args.size, args.negotiate)
+            nursery.start_soon(trio.serve_listeners, handler, listeners)
             print(f"mplex: serving {args.mode} on {host}:{port}", flush=True)
             async for _ in signals:  # Ctrl-C or SIGTERM: stop serving, exit cleanly
                 nursery.cancel_scope.cancel()
@@ -206,6 +220,14 @@ async def dial(args: argparse.Namespace) -> dict[str, object]:
     except (OSError, trio.TooSlowError) as exc:
         reason = getattr(exc, "strerror", None) or str(exc) or "timed out"
         raise CommandError(f"cannot connect to {args.host}:{args.port}: {reason}") from None
+    if args.negotiate:
+        try:
+            with trio.fail_after(args.connect_timeout):
+                await select_protocol(transport, [PROTOCOL_ID])
+        except (NegotiationError, trio.TooSlowError, trio.BrokenResourceError) as exc:
+            await trio.aclose_forcefully(transport)
+            reason = str(exc) or f"no answer within {args.connect_timeout:g} s (does the peer negotiate?)"
+            raise CommandError(f"cannot negotiate {PROTOCOL_ID}: {reason}") from None
     rng = random.Random(args.seed)
     payloads = [rng.randbytes(args.size) for _ in range(args.streams)]
     errors: list[str] = []
@@ -330,6 +352,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=port_number, default=0, help="0 picks a free port (default)")
     p.add_argument("--mode", choices=["echo", "discard", "source"], default="echo")
     p.add_argument("--size", type=positive, default=1 << 20, help="bytes per stream in source mode")
+    p.add_argument("--negotiate", action="store_true", help=NEGOTIATE_HELP)
     p.set_defaults(run=serve_command)
 
     p = sub.add_parser("dial", help="open streams to an mplex peer, send, read back, report")
@@ -341,6 +364,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--connect-timeout", type=float, default=10.0)
     p.add_argument("--json", action="store_true", help="one JSON object instead of a table")
+    p.add_argument("--negotiate", action="store_true", help=NEGOTIATE_HELP)
     p.set_defaults(run=dial_command)
 
     p = sub.add_parser("bench", help="run the benchmark suite (default: the 105 MB / 32 B case)")

@@ -121,6 +121,34 @@ class TestServeAndDial:
             stop(server)
         assert server.returncode == 0
 
+    def test_negotiate_agrees_on_mplex_before_the_streams(self) -> None:
+        server = subprocess.Popen([*MPLEX, "serve", "--negotiate"], stdout=subprocess.PIPE, text=True)
+        try:
+            assert server.stdout is not None
+            port = server.stdout.readline().rsplit(":", 1)[1].strip()
+            result = run("dial", "127.0.0.1", port, "--negotiate", "--streams", "5", "--verify", "--json")
+            assert result.returncode == 0, result.stderr
+            report = json.loads(result.stdout)
+            assert (report["errors"], report["mismatches"], report["bytes_received"]) == ([], 0, 5 * 65536)
+            # Without negotiation the server reads our first frame as a malformed message,
+            # and hangs up: the dial reports failed streams instead of data.
+            plain = run("dial", "127.0.0.1", port, "--streams", "1", "--json")
+            assert json.loads(plain.stdout)["errors"] != []
+        finally:
+            stop(server)
+
+    def test_negotiate_with_a_peer_that_does_not_negotiate_is_one_line(self) -> None:
+        server = subprocess.Popen([*MPLEX, "serve"], stdout=subprocess.PIPE, text=True)
+        try:
+            assert server.stdout is not None
+            port = server.stdout.readline().rsplit(":", 1)[1].strip()
+            result = run("dial", "127.0.0.1", port, "--negotiate", "--connect-timeout", "5")
+            assert result.returncode == 1
+            assert result.stderr.startswith("mplex dial: cannot negotiate /mplex/6.7.0: no answer within 5 s")
+            assert len(result.stderr.strip().splitlines()) == 1
+        finally:
+            stop(server)
+
     def test_dial_prints_a_table_by_default(self) -> None:
         server = subprocess.Popen([*MPLEX, "serve"], stdout=subprocess.PIPE, text=True)
         try:

@@ -24,3 +24,38 @@ def test_quick_start_prints_the_echoed_message() -> None:
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout == "hello, mplex\n"
+
+
+def _interop_scenarios() -> set[str]:
+    from tests import test_interop
+
+    functions = [
+        getattr(value, name)
+        for value in vars(test_interop).values()
+        if isinstance(value, type)
+        for name in dir(value)
+        if name.startswith("test_")
+    ]
+    functions += [value for name, value in vars(test_interop).items() if name.startswith("test_")]
+    return {
+        mark.args[0]
+        for function in functions
+        for mark in getattr(function, "pytestmark", [])
+        if mark.name == "interop"
+    }
+
+
+def test_interop_matrix_has_a_passing_row_for_every_scenario_the_tests_define() -> None:
+    """The matrix is written by tests/conftest.py; this catches a stale or edited one."""
+    text = README.read_text()
+    matrix = text[text.index("<!-- interop-matrix:start -->") : text.index("<!-- interop-matrix:end -->")]
+    rows = [line.split(" | ") for line in matrix.splitlines() if line.startswith("| ") and "---" not in line]
+    header, body = rows[0], rows[1:]
+    assert header[1:] == [
+        "js-libp2p, we dial",
+        "js-libp2p, we listen",
+        "py-libp2p, we dial",
+        "py-libp2p, we listen |",
+    ]
+    assert {row[0].removeprefix("| ") for row in body} == _interop_scenarios()
+    assert {cell.removesuffix(" |") for row in body for cell in row[1:]} <= {"pass", "n/a"}

@@ -77,5 +77,6 @@ async def test_soak_delivers_every_byte_with_flat_memory() -> None:
     print(f"\n{checked} streams checked; RSS MiB over time: {[r >> 20 for r in rss]}")  # pytest -s
     assert checked >= STREAMS
     # Flat: after the first third, RSS grows by less than 16 MiB whatever the duration.
+    # (Only growth counts: RSS can start high, and shrink, after earlier tests in the process.)
     settled = rss[len(rss) // 3]
-    assert max(rss) - settled < 16 * 1024 * 1024, [r // 1024 for r in rss]
+    assert max(rss[len(rss) // 3 :]) - settled < 16 * 1024 * 1024, [r // 1024 for r in rss]

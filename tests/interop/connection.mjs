@@ -60,7 +60,9 @@ export class SocketConnection extends AbstractMultiaddrConnection {
 }
 
 // A pull-style reader over a stream's 'message' events: next() resolves to the next
-// chunk, or null at the end (remote close or our close).
+// chunk, or null at the end (remote close or our close).  After the end, next.error
+// holds the error the stream closed with (a StreamResetError when the remote reset
+// it), or null for a clean end.
 export function reader (stream) {
   const queue = []
   let waiting = null
@@ -70,13 +72,19 @@ export function reader (stream) {
     queue.push(evt.data.subarray ? evt.data.subarray() : evt.data)
     wake()
   })
-  const end = () => { ended = true; wake() }
-  stream.addEventListener('remoteCloseWrite', end)
+  const end = (evt) => {
+    ended = true
+    if (evt?.error != null) next.error = evt.error
+    wake()
+  }
+  stream.addEventListener('remoteCloseWrite', () => end())
   stream.addEventListener('close', end)
-  return async function next () {
+  async function next () {
     while (queue.length === 0 && !ended) await new Promise((resolve) => { waiting = resolve })
     return queue.length ? queue.shift() : null
   }
+  next.error = null
+  return next
 }
 
 // Send, waiting for the real 'drain' event when the stream asks for it (stream.onDrain()
