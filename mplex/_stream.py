@@ -106,15 +106,20 @@ class MplexStream(trio.abc.HalfCloseableStream):
         mark by its own size); wait with ``wait_send_all_might_not_block``
         or fall back to ``send_all``.  Otherwise the same errors as ``send_all``.
         """
-        if self._send_busy:
-            raise trio.BusyResourceError("another task is sending on this stream")
-        if not self._can_send:
-            self._raise_send_error()
         m = self._muxer
         out = m._outbuf
+        if self._send_busy or not self._can_send or len(out) >= m._high_water:
+            self._refuse_send_nowait()
         size = len(data)
-        if len(out) >= m._high_water:
-            raise trio.WouldBlock
+        if size == self._last_size:
+            # The hot path: the same size as the last write on this stream (many small
+            # messages), so the frame prefix is cached.  Kept to the bare minimum.
+            out += self._last_prefix
+            out += data
+            m._frames_queued += 1
+            if m._writer_parked or m._idle_scope is not None:
+                m._queued(0)
+            return
         if size <= m._frame_size:
             if size:
                 if size != self._last_size:
@@ -125,6 +130,14 @@ class MplexStream(trio.abc.HalfCloseableStream):
                 m._queued(1)
         else:
             self._queue_frames(memoryview(data).cast("B"))
+
+    def _refuse_send_nowait(self) -> None:
+        """Why send_nowait cannot queue now, as the exception to raise."""
+        if self._send_busy:
+            raise trio.BusyResourceError("another task is sending on this stream")
+        if not self._can_send:
+            self._raise_send_error()
+        raise trio.WouldBlock
 
     async def send_all(self, data: Buffer) -> None:
         """See `trio.abc.SendStream.send_all`.
