@@ -122,14 +122,19 @@ class MplexStream(trio.abc.HalfCloseableStream):
             return
         if size <= m._frame_size:
             if size:
-                if size != self._last_size:
-                    self._last_size = size
-                    self._last_prefix = self._data_head + encode_uvarint(size)
-                out += self._last_prefix
-                out += data
-                m._queued(1)
+                self._append_frame(out, data, size)
         else:
             self._queue_frames(memoryview(data).cast("B"))
+
+    def _append_frame(self, out: bytearray, data: Buffer, size: int) -> None:
+        """Append one Message frame of ``size`` bytes (0 < size <= frame size) to the
+        send buffer, caching its prefix for the next write of the same size."""
+        if size != self._last_size:
+            self._last_size = size
+            self._last_prefix = self._data_head + encode_uvarint(size)
+        out += self._last_prefix
+        out += data
+        self._muxer._queued(1)
 
     def _refuse_send_nowait(self) -> None:
         """Why send_nowait cannot queue now, as the exception to raise."""
@@ -160,13 +165,14 @@ class MplexStream(trio.abc.HalfCloseableStream):
             out = m._outbuf
             size = len(data)
             if size <= m._frame_size and len(out) < m._high_water:
-                if size:
-                    if size != self._last_size:
-                        self._last_size = size
-                        self._last_prefix = self._data_head + encode_uvarint(size)
+                if size == self._last_size:  # the hot path, as in send_nowait
                     out += self._last_prefix
                     out += data
-                    m._queued(1)
+                    m._frames_queued += 1
+                    if m._writer_parked or m._idle_scope is not None:
+                        m._queued(0)
+                elif size:
+                    self._append_frame(out, data, size)
                 await trio.lowlevel.cancel_shielded_checkpoint()
                 return
             view = memoryview(data).cast("B")

@@ -29,44 +29,11 @@ from libp2p.protocol_muxer.multiselect_communicator import MultiselectCommunicat
 from libp2p.stream_muxer.mplex.exceptions import MplexStreamEOF, MplexStreamReset
 from libp2p.stream_muxer.mplex.mplex import Mplex
 
+# The benchmark's connection adapter: buffered reads, locked writes over a trio socket.
+from benchmarks.pylibp2p_peer import BufferedConnection as Connection
+
 MPLEX = "/mplex/6.7.0"
 APP = "/interop/1.0.0"
-
-
-class Connection:
-    """The part of py-libp2p's secured-connection interface that Mplex and multiselect
-    use, over a trio socket: buffered reads (py-libp2p reads varints a byte at a time)
-    and writes serialised by a lock."""
-
-    def __init__(self, stream: trio.SocketStream, *, is_initiator: bool) -> None:
-        self.stream = stream
-        self.is_initiator = is_initiator
-        self._buffer = bytearray()
-        self._write_lock = trio.Lock()
-
-    async def read(self, n: int | None = None) -> bytes:
-        if not self._buffer:
-            data = await self.stream.receive_some(65536)
-            if not data:
-                return b""
-            self._buffer += data
-        size = len(self._buffer) if n is None else min(n, len(self._buffer))
-        out = bytes(self._buffer[:size])
-        del self._buffer[:size]
-        return out
-
-    async def write(self, data: bytes) -> None:
-        async with self._write_lock:
-            await self.stream.send_all(data)
-
-    async def close(self) -> None:
-        await self.stream.aclose()
-
-    def get_remote_address(self) -> tuple[str, int] | None:
-        return None
-
-    def get_transport_addresses(self) -> list[Any]:
-        return []
 
 
 _CYCLE = bytes((i * 31 + 7) & 0xFF for i in range(256))
