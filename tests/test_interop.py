@@ -242,6 +242,8 @@ async def test_dropped_connection_fails_every_stream_promptly(peer: str, role: s
                     nursery.start_soon(keep_sending, stream)
                 await all_sending.wait()
                 await session.open(b"X")  # the peer drops the TCP connection
+                # Promptly: every sender has its error within seconds, not at a timeout.
+                nursery.cancel_scope.deadline = trio.current_time() + 5
     assert outcomes == ["ConnectionLost"] * 10
 
 

@@ -191,16 +191,23 @@ EXPLANATIONS = {
     ),
     "32 B send_all vs js-libp2p (throughput)": (
         "trio requires send_all to be a checkpoint, and 3,276,800 bare checkpoints take "
-        "most of the send_all time on their own (see the 'bare checkpoints' row); what "
-        "send_all adds on top is within its own target (send_all vs send_nowait + "
-        "checkpoints). The ratio to js moves with js's own run-to-run spread (2.49x and "
-        "2.30x in two full runs on this machine); use send_nowait for tiny messages."
+        "most of the send_all time on their own (see the 'bare checkpoints' row). The "
+        "ratio to js moves with js's own run-to-run spread, across 2.5x from one full run "
+        "to the next; use send_nowait for tiny messages."
+    ),
+    "32 B send_all time vs send_nowait + bare checkpoints": (
+        "The send_nowait time in this sum comes from a tight loop, where an append costs "
+        "about 0.25 us. Interleaved with a scheduler pass per call, as inside send_all, "
+        "the same append costs 1.1-1.3 us. `python -m benchmarks.probe_send_all` shows "
+        "it in one process with a muxer running, 1,000,000 rounds each: a tight loop "
+        "0.24-0.25 s, bare yields 3.25-3.29 s, send_nowait plus a yield 4.42-4.59 s, "
+        "send_all 4.90-5.00 s. The yield itself is trio's, and send_all must make it."
     ),
     "bulk 1 MiB vs raw trio socket (throughput)": (
-        "This ratio moves from run to run on this machine (0.51x, 0.60x and 0.46x in three "
-        "full runs): each 1 MiB send is copied into 64 KiB frames and reassembled on the "
-        "other side, two copies a raw socket does not make, and at ~2 GB/s those copies "
-        "are a large share of the time. The 64 KiB and sustained 16 MiB cases meet it."
+        "This ratio moves around 0.5x from run to run on this machine. Each 1 MiB send "
+        "is copied into 64 KiB frames and reassembled on the other side: two copies a raw "
+        "socket does not make, and at ~2 GB/s those copies are a large share of the time. "
+        "The 64 KiB and sustained 16 MiB cases meet the target."
     ),
     "bulk 16 MiB vs raw trio socket (throughput)": (
         "One 16 MiB send lasts a few milliseconds, so it mostly measures the pipeline "
