@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import itertools
+import os
+import socket
 
 import trio
 import trio.testing
 
 import mplex
 from mplex import Flag
-from tests.helpers import CountingStream, frame, read_all, settle
+from tests.helpers import CountingStream, RawPeer, frame, read_all, settle, tcp_streams
 
 
 async def counting_pair() -> tuple[CountingStream, trio.abc.Stream]:
@@ -158,3 +160,40 @@ async def test_close_and_reset_frames_keep_their_place_after_queued_data() -> No
         (1, Flag.MESSAGE_INITIATOR),
         (1, Flag.RESET_INITIATOR),
     ]
+
+
+class TestDirectWriteOverTcp:
+    """Over TCP, the first frame after a quiet spell is written by the task that queues
+    it, without waiting a scheduler pass for the writer task."""
+
+    async def test_after_a_quiet_spell_send_nowait_puts_the_frame_on_the_wire_before_returning(
+        self,
+    ) -> None:
+        ours, theirs = await tcp_streams()
+        peer = RawPeer(theirs)
+        async with mplex.open_muxer(ours) as muxer:
+            stream = await muxer.open_stream()
+            assert await peer.receive_frames(1) == [mplex.Frame(0, Flag.NEW_STREAM, b"0")]
+            # The precondition is elapsed time itself (a quiet spell of 50 us), not
+            # another task's progress: nothing here waits for a task.
+            await trio.sleep(0.01)
+            stream.send_nowait(b"ping")  # no checkpoint between this and the read below
+            with socket.socket(fileno=os.dup(theirs.socket.fileno())) as plain:  # a synchronous read
+                assert plain.recv(100, socket.MSG_DONTWAIT) == frame(0, Flag.MESSAGE_INITIATOR, b"ping")
+        await theirs.aclose()
+
+    async def test_what_the_kernel_does_not_take_at_once_follows_in_order(self) -> None:
+        ours, theirs = await tcp_streams(buffer_size=4096)
+        payload = bytes(range(256)) * 2000  # 512,000 bytes: far more than the socket buffers
+        async with mplex.open_muxer(ours) as muxer, mplex.open_muxer(theirs) as far_end:
+            stream = await muxer.open_stream()
+            accepted = await far_end.accept_stream()
+            await trio.sleep(0.01)  # a quiet spell, as above
+            async with trio.open_nursery() as nursery:
+
+                async def send() -> None:
+                    await stream.send_all(payload)
+                    await stream.send_eof()
+
+                nursery.start_soon(send)
+                assert await read_all(accepted) == payload
