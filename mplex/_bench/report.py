@@ -204,10 +204,12 @@ EXPLANATIONS = {
         "send_all 4.90-5.00 s. The yield itself is trio's, and send_all must make it."
     ),
     "bulk 1 MiB vs raw trio socket (throughput)": (
-        "This ratio moves around 0.5x from run to run on this machine. Each 1 MiB send "
-        "is copied into 64 KiB frames and reassembled on the other side: two copies a raw "
-        "socket does not make, and at ~2 GB/s those copies are a large share of the time. "
-        "The 64 KiB and sustained 16 MiB cases meet the target."
+        "This ratio moves a lot from run to run on this machine: 0.54x and 0.36x in two "
+        "full runs on the same day, and our own median between 1.24 and 1.85 GB/s over "
+        "six back-to-back runs of this case alone. Each 1 MiB send is copied into 64 KiB "
+        "frames and reassembled on the other side: two copies a raw socket does not "
+        "make, and at 2-4 GB/s those copies are a large share of the time. The 64 KiB "
+        "and sustained 16 MiB cases meet the target."
     ),
     "bulk 16 MiB vs raw trio socket (throughput)": (
         "One 16 MiB send lasts a few milliseconds, so it mostly measures the pipeline "
