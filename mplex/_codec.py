@@ -298,12 +298,14 @@ class Decoder:
                     run.append(data[start:end])
                     # The next frame has the same prefix: a run of one stream's equal
                     # writes (the many-small-messages case).  Take it whole, in C.
-                    if 0 < length <= _RUN_BODY_LIMIT and data.startswith(data[frame_start:start], end):
-                        taken = _same_shape_run(data, end, n, data[frame_start:start], end - frame_start)
-                        if taken:
-                            run.append(taken[0])
-                            count += taken[1]
-                            pos = end + taken[1] * (end - frame_start)
+                    if 0 < length <= _RUN_BODY_LIMIT:
+                        prefix = data[frame_start:start]
+                        if data.startswith(prefix, end):
+                            taken = _same_shape_run(data, end, n, prefix, end - frame_start)
+                            if taken:
+                                run.append(taken[0])
+                                count += taken[1]
+                                pos = end + taken[1] * (end - frame_start)
                     continue
                 if run:
                     append((run_header, run[0] if len(run) == 1 else b"".join(run)))

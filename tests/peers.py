@@ -77,8 +77,6 @@ class Session:
     received: list[dict[str, Any]] = field(default_factory=list)
     #: Set each time ``received`` grows.
     changed: trio.Event = field(default_factory=trio.Event)
-    #: The peer's own report, printed when its connection ended.
-    peer_events: list[dict[str, Any]] = field(default_factory=list)
 
     async def open(self, mode: bytes, *, name: str | None = None) -> mplex.MplexStream:
         stream = await self.muxer.open_stream(name)
@@ -179,12 +177,10 @@ async def connect(
 ) -> AsyncIterator[Session]:
     """Start ``peer``, connect to it in ``role``, and run our muxer until the block ends.
 
-    On exit our muxer closes the connection, the peer prints its report and exits;
-    its report lands in ``Session.peer_events``.
+    On exit our muxer closes the connection and the peer exits.
     """
     flags = ["--negotiate"] * negotiate + ["--greet"] * greet + ["--defaults"] * library_defaults
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    output: list[bytes] = []
     async with trio.open_nursery() as nursery:
         listeners: list[trio.SocketListener] = []
         if role == "we dial":
@@ -212,12 +208,6 @@ async def connect(
                 else:
                     await mplex.accept_protocol(transport, [mplex.PROTOCOL_ID])
 
-        async def collect_output() -> None:
-            assert process.stdout is not None
-            while chunk := await process.stdout.receive_some():
-                output.append(chunk)
-
-        nursery.start_soon(collect_output)
         async with mplex.open_muxer(transport, config) as muxer, trio.open_nursery() as streams:
             session = Session(peer, muxer, negotiate)
             if serve:
@@ -233,6 +223,3 @@ async def connect(
             streams.cancel_scope.cancel()
         with trio.fail_after(TIMEOUT):
             await process.wait()
-    lines = b"".join(output).decode().strip().splitlines()
-    if lines and lines[-1].startswith("{"):
-        session.peer_events = json.loads(lines[-1])["events"]

@@ -207,12 +207,7 @@ class TestRoundTrips:
         for start in range(0, len(wire), chunk):
             a += exact.feed(wire[start : start + chunk])
             b += merged.feed(wire[start : start + chunk])
-        regrouped: list[Frame] = []
-        for f in a:
-            if regrouped and f.flag in (1, 2) and regrouped[-1][:2] == f[:2]:
-                regrouped[-1] = Frame(f.stream_id, f.flag, regrouped[-1].data + f.data)
-            else:
-                regrouped.append(f)
+        regrouped = merge_adjacent_messages(a)
         assert b"".join(f.data for f in b) == b"".join(f.data for f in a)
         assert [(f.stream_id, f.flag) for f in b if f.flag not in (1, 2)] == [
             (f.stream_id, f.flag) for f in regrouped if f.flag not in (1, 2)
@@ -231,14 +226,16 @@ class TestRoundTrips:
                     ]
                 ),
                 st.sampled_from([0, 1, 3, 32, 127, 128, 1000, 5000]),
-                st.integers(1, 80),
+                st.integers(1, 40),
             ),
             max_size=12,
         ),
-        st.integers(1, 4096),
+        st.integers(7, 4096),  # a run needs two frames in one chunk; prefixes still split
         st.randoms(use_true_random=False),
     )
-    @settings(max_examples=300)
+    # Up to a few MB per example fed in small chunks: no per-example deadline, which
+    # would make the test fail on a busy machine rather than on a wrong decode.
+    @settings(max_examples=300, deadline=None)
     def test_runs_of_equal_frames_merge_into_the_exact_bytes_of_each_stream(
         self, shapes: list[tuple[tuple[int, Flag], int, int]], chunk: int, rng: random.Random
     ) -> None:

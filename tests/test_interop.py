@@ -182,7 +182,7 @@ async def test_stream_names(peer: str, role: str) -> None:
         async with connect(peer, role) as session:
             stream = await session.open(b"N", name="interop/naïve name")
             await stream.send_eof()
-            seen = json_reply(await read_all(stream))
+            seen = json.loads(await read_all(stream))
             their = await session.command(do="name")
     if peer == "py-libp2p":
         # py-libp2p keeps the name it receives, and names its streams by number.
@@ -195,11 +195,6 @@ async def test_stream_names(peer: str, role: str) -> None:
         assert seen["id"].startswith("r")
         assert their["answer"] == their["id"]
         assert their["id"].startswith("i")
-
-
-def json_reply(data: bytes) -> dict[str, object]:
-    reply: dict[str, object] = json.loads(data)
-    return reply
 
 
 @pytest.mark.interop("both sides open stream 0 at once")
