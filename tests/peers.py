@@ -22,6 +22,7 @@ import trio
 
 import mplex
 from mplex._bench.suite import pylibp2p_python
+from tests.helpers import read_all
 
 ROOT = Path(__file__).resolve().parent.parent
 INTEROP = ROOT / "tests" / "interop"
@@ -44,13 +45,6 @@ _CYCLE = bytes((i * 31 + 7) & 0xFF for i in range(256))
 def pattern(size: int) -> bytes:
     """Byte i is (31 i + 7) mod 256, as the peers compute it (it repeats every 256)."""
     return (_CYCLE * (size // 256 + 1))[:size]
-
-
-async def read_all(stream: trio.abc.ReceiveStream) -> bytes:
-    chunks = []
-    while data := await stream.receive_some():
-        chunks.append(data)
-    return b"".join(chunks)
 
 
 async def read_to_end(stream: trio.abc.ReceiveStream) -> tuple[bytes, str]:

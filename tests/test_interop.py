@@ -20,7 +20,8 @@ import pytest
 import trio
 
 import mplex
-from tests.peers import PEERS, ROLES, TIMEOUT, Session, connect, pattern, read_all, read_exactly, read_to_end
+from tests.helpers import read_all
+from tests.peers import PEERS, ROLES, TIMEOUT, Session, connect, pattern, read_exactly, read_to_end
 
 MiB = 1 << 20
 #: Largest echo per stream that we open (the peer echoes as it reads).
