@@ -53,7 +53,7 @@ import logging
 import os
 import time
 from collections import OrderedDict, deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import final
 
 import trio
@@ -159,6 +159,13 @@ class Muxer:
         self._overfull: set[MplexStream] = set()
         self._drain_lot = trio.lowlevel.ParkingLot()
         self._reader_blocked = False
+        # The read turn over TCP (see _receive_for): the stream whose task holds it,
+        # that stream again while its task waits on the socket, and whether the
+        # reader task waits on the socket.
+        self._borrower: MplexStream | None = None
+        self._borrower_waiting: MplexStream | None = None
+        self._reader_waiting = False
+        self._reader_lot = trio.lowlevel.ParkingLot()
         # Lifecycle.
         self._started = False
         self._state = _RUNNING
@@ -358,6 +365,8 @@ class Muxer:
 
     async def _write_loop(self) -> None:
         send_all = self._transport.send_all
+        if self._direct_socket is not None:
+            send_all = self._send_to_socket
         delay = self.config.max_flush_delay
         while True:
             if not self._outbuf:
@@ -393,40 +402,191 @@ class Muxer:
             if self._writable_lot:
                 self._writable_lot.unpark_all()
 
+    async def _send_to_socket(self, data: bytes | bytearray | memoryview) -> None:
+        """``SocketStream.send_all`` of ``data``, through ``_wake_socket_waiters``."""
+        sock = self._direct_socket
+        assert sock is not None
+        waited = False
+        view = memoryview(data)
+        pos, end = 0, len(data)
+        while pos < end:
+            try:
+                pos += os.write(sock.fileno(), view[pos:])
+            except BlockingIOError:
+                waited = True
+                await self._wait_socket(trio.lowlevel.wait_writable, sock)
+        if not waited:
+            await trio.lowlevel.cancel_shielded_checkpoint()
+
     # -- reader ----------------------------------------------------------------------------
 
     async def _read_loop(self) -> None:
+        if self._direct_socket is not None:
+            await self._read_socket_loop(self._direct_socket)
+            return
         receive_some = self._transport.receive_some
-        feed = self._decoder.feed_raw
-        stats = self._stats
         while True:
             try:
                 data = await receive_some(_READ_SIZE)
             except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
                 self._fail(ConnectionLost("the transport failed while receiving"), cause=exc)
                 return
-            if not data:
-                self._clean_end = True
-                self._fail(ConnectionLost("the peer closed the connection"))
+            if not self._consume(data):
                 return
-            stats.bytes_received += len(data)
-            try:
-                try:
-                    frames = feed(data)
-                except ProtocolError as exc:
-                    self._dispatch(exc.decoded)
-                    raise
-                if logger.isEnabledFor(logging.DEBUG):  # one check per read, none per frame
-                    trace("recv", frames)
-                self._dispatch(frames)
-            except ProtocolError as exc:
-                logger.warning("mplex: closing the connection: %s", exc)
-                self._fail(ConnectionLost(f"the peer broke the mplex protocol: {exc}"), cause=exc)
-                return
-            finally:
-                stats.frames_received = self._decoder.frames_decoded
-            if self._overfull or self._buffered > self.config.max_connection_buffer:
+            if self._over_buffer_limits():
                 await self._wait_for_readers()
+
+    async def _read_socket_loop(self, sock: trio.socket.SocketType) -> None:
+        """The reader over TCP, which hands the read turn to a receiving task.
+
+        A task waiting in ``receive_some`` reads the socket itself (``_receive_for``),
+        so the kernel's wake-up reaches it directly, one scheduler pass sooner than
+        through this task; meanwhile this task neither reads nor waits on the socket.
+        """
+        while self._state is _RUNNING:
+            if self._over_buffer_limits():
+                await self._wait_for_readers()
+            if self._borrower is not None:
+                await self._reader_lot.park()
+                # The task that gave the turn back is usually about to take it again (a
+                # request/response loop): one pass of delay lets it do so before we
+                # wait on the socket and it has to wake us out of there.
+                await trio.lowlevel.cancel_shielded_checkpoint()
+                continue
+            data = self._read_nowait(sock)
+            if data is None:
+                self._reader_waiting = True
+                try:
+                    await self._wait_socket(trio.lowlevel.wait_readable, sock)
+                except (trio.ClosedResourceError, OSError) as exc:
+                    self._fail(ConnectionLost("the transport failed while receiving"), cause=exc)
+                    return
+                finally:
+                    self._reader_waiting = False
+                continue  # and look at the read turn again before reading
+            if not self._consume(data):
+                return
+            # The kernel had data without waiting: yield once per read, as trio's
+            # own receive_some does, so a flood cannot starve other tasks.
+            await trio.lowlevel.cancel_shielded_checkpoint()
+
+    def _read_nowait(self, sock: trio.socket.SocketType) -> bytes | None:
+        """One non-blocking read of the socket: None if it has nothing now.  A failed
+        read ends the connection and returns b"" (end of input)."""
+        try:
+            return os.read(sock.fileno(), _READ_SIZE)
+        except BlockingIOError:
+            return None
+        except OSError as exc:
+            self._fail(ConnectionLost("the transport failed while receiving"), cause=exc)
+            return b""
+
+    async def _wait_socket(
+        self, wait: Callable[[trio.socket.SocketType], Awaitable[None]], sock: trio.socket.SocketType
+    ) -> None:
+        """``wait(sock)``, which also returns on a wake-up call: the caller looks
+        again.  ``_wake_socket_waiters`` makes every wait on the socket raise
+        ``trio.ClosedResourceError``, which is real only once the connection has
+        ended or the socket is closed."""
+        try:
+            await wait(sock)
+        except trio.ClosedResourceError:
+            if self._state is not _RUNNING or sock.fileno() < 0:
+                raise
+
+    def _wake_socket_waiters(self) -> None:
+        """Wake every task waiting on the TCP socket, to look at its situation again.
+
+        trio has no way to wake one task out of ``wait_readable`` short of a cancel
+        scope around every wait, which costs about 5 us each: a tenth of a round trip.
+        ``notify_closing`` wakes them all with ``ClosedResourceError`` and keeps the
+        socket usable (the next wait registers it again); our waits treat that as a
+        wake-up call (``_wait_socket``).  Rare: a borrowed receive interrupted by a
+        local close, or the reader moved aside.
+        """
+        sock = self._direct_socket
+        if sock is not None and sock.fileno() >= 0:
+            trio.lowlevel.notify_closing(sock)
+
+    def _can_lend(self) -> bool:
+        """True if a receiving task may read the transport itself now."""
+        return (
+            self._direct_socket is not None
+            and self._borrower is None
+            and not self._reader_blocked
+            and self._state is _RUNNING
+            and not self._over_buffer_limits()
+        )
+
+    async def _receive_for(self, stream: MplexStream) -> None:
+        """One read of the socket in ``stream``'s receiving task, waiting for the
+        socket first if it has nothing.
+
+        What is read is dispatched as the reader would, to whichever streams it is
+        for; if none of it is for ``stream``, the caller waits for the reader task
+        like any other receiver (a busy connection is read by the reader, which
+        yields between reads).  A checkpoint, like every receive.  The caller
+        checked ``_can_lend()``.
+        """
+        sock = self._direct_socket
+        assert sock is not None
+        await trio.lowlevel.checkpoint_if_cancelled()
+        self._borrower = stream
+        if self._reader_waiting:
+            self._wake_socket_waiters()  # move the reader out of our way
+        waited = False
+        try:
+            data = self._read_nowait(sock)
+            if data is None:
+                waited = True
+                self._borrower_waiting = stream
+                try:
+                    await self._wait_socket(trio.lowlevel.wait_readable, sock)
+                finally:
+                    self._borrower_waiting = None
+                if stream._waiting_for_data() and self._state is _RUNNING:
+                    data = self._read_nowait(sock)
+            if data is not None:
+                self._consume(data)
+        except (trio.ClosedResourceError, OSError) as exc:
+            self._fail(ConnectionLost("the transport failed while receiving"), cause=exc)
+        finally:
+            self._borrower = None
+            if self._reader_lot:
+                self._reader_lot.unpark_all()
+        if not waited:
+            await trio.lowlevel.cancel_shielded_checkpoint()
+
+    def _consume(self, data: bytes | bytearray) -> bool:
+        """Decode and dispatch one chunk read from the transport; False once the
+        connection has ended (b"" is the peer's end of input)."""
+        if self._state is not _RUNNING:
+            return False
+        if not data:
+            self._clean_end = True
+            self._fail(ConnectionLost("the peer closed the connection"))
+            return False
+        stats = self._stats
+        stats.bytes_received += len(data)
+        try:
+            try:
+                frames = self._decoder.feed_raw(data)
+            except ProtocolError as exc:
+                self._dispatch(exc.decoded)
+                raise
+            if logger.isEnabledFor(logging.DEBUG):  # one check per read, none per frame
+                trace("recv", frames)
+            self._dispatch(frames)
+        except ProtocolError as exc:
+            logger.warning("mplex: closing the connection: %s", exc)
+            self._fail(ConnectionLost(f"the peer broke the mplex protocol: {exc}"), cause=exc)
+            return False
+        finally:
+            stats.frames_received = self._decoder.frames_decoded
+        return True
+
+    def _over_buffer_limits(self) -> bool:
+        return bool(self._overfull) or self._buffered > self.config.max_connection_buffer
 
     def _dispatch(self, frames: list[RawFrame]) -> None:
         streams = self._streams

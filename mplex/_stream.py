@@ -261,10 +261,15 @@ class MplexStream(trio.abc.HalfCloseableStream):
             raise trio.BusyResourceError("another task is receiving on this stream")
         self._recv_busy = True
         try:
-            if self._buffered or not self._can_receive or self._closed_locally:
+            if not self._waiting_for_data():
                 await trio.lowlevel.checkpoint()
             else:
-                while not (self._buffered or not self._can_receive or self._closed_locally):
+                # Over TCP, read the socket in this task (once: see _receive_for);
+                # otherwise, or if that read brought nothing for us, let the
+                # muxer's reader task deliver.
+                if self._muxer._can_lend():
+                    await self._muxer._receive_for(self)
+                while self._waiting_for_data():
                     await self._recv_lot.park()
             if self._closed_locally:
                 raise trio.ClosedResourceError("this stream was closed")
@@ -275,6 +280,17 @@ class MplexStream(trio.abc.HalfCloseableStream):
             raise self._failure_error() from self._failure_cause()
         finally:
             self._recv_busy = False
+
+    def _waiting_for_data(self) -> bool:
+        """True while receive_some has nothing to return or raise yet."""
+        return not self._buffered and self._can_receive and not self._closed_locally
+
+    def _wake_receiver(self) -> None:
+        """Something changed for a task waiting in receive_some: let it look again."""
+        if self._recv_lot:
+            self._recv_lot.unpark_all()
+        elif self._muxer._borrower_waiting is self:
+            self._muxer._wake_socket_waiters()  # it waits on the socket itself
 
     def _take(self, max_bytes: int | None) -> bytes:
         chunks = self._chunks
@@ -311,8 +327,7 @@ class MplexStream(trio.abc.HalfCloseableStream):
         """Called by the muxer's reader for each (possibly merged) Message frame."""
         self._chunks.append(data)
         self._buffered += len(data)
-        if self._recv_lot:
-            self._recv_lot.unpark_all()
+        self._wake_receiver()
 
     def _discard(self) -> int:
         """Drop unread data; return how much there was."""
@@ -422,8 +437,7 @@ class MplexStream(trio.abc.HalfCloseableStream):
         self._can_receive = (
             alive and not self._closed_locally and not self._eof and self._state in _RECEIVABLE
         )
-        if self._recv_lot:
-            self._recv_lot.unpark_all()
+        self._wake_receiver()
         m = self._muxer
         if m._writable_lot:
             m._writable_lot.unpark_all()

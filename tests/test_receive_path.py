@@ -1,0 +1,194 @@
+"""Over TCP, a task waiting in ``receive_some`` reads the socket itself.
+
+The kernel's wake-up then reaches the task that wants the data, not the muxer's reader
+task, which would have to wake it in a second scheduler pass.  These tests pin what
+that path must keep: frames for other streams still reach them, a local close or a
+cancellation still wakes or ends the waiting task at once, the reader task takes over
+whenever nobody borrows the socket, and the writer is not disturbed.
+"""
+
+from __future__ import annotations
+
+import trio
+import trio.testing
+
+import mplex
+from mplex import Flag
+from tests.helpers import RawPeer, frame, read_all, tcp_streams
+
+
+class ReaderSteps(trio.abc.Instrument):
+    """Counts the scheduler steps of the muxer's reader task."""
+
+    def __init__(self) -> None:
+        self.steps = 0
+
+    def before_task_step(self, task: trio.lowlevel.Task) -> None:
+        if task.name.endswith("_read_loop"):
+            self.steps += 1
+
+
+async def peer_opened_stream(muxer: mplex.Muxer, peer: RawPeer, stream_id: int) -> mplex.MplexStream:
+    await peer.send(frame(stream_id, Flag.NEW_STREAM, str(stream_id).encode()))
+    with trio.fail_after(10):
+        return await muxer.accept_stream()
+
+
+async def test_the_waiting_receiver_is_woken_by_the_kernel_not_by_the_reader_task() -> None:
+    ours, theirs = await tcp_streams()
+    peer = RawPeer(theirs)
+    async with mplex.open_muxer(ours) as muxer:
+        stream = await peer_opened_stream(muxer, peer, 0)
+        steps = ReaderSteps()
+        got = []
+
+        async def receive() -> None:
+            got.append(await stream.receive_some())
+            got.append(steps.steps)  # reader steps up to the moment the data arrived
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(receive)
+            await trio.testing.wait_all_tasks_blocked()
+            trio.lowlevel.add_instrument(steps)
+            await peer.send(frame(0, Flag.MESSAGE_INITIATOR, b"request"))
+        trio.lowlevel.remove_instrument(steps)
+        assert got == [b"request", 0]
+    await theirs.aclose()
+
+
+async def test_frames_a_receiver_reads_for_other_streams_reach_them() -> None:
+    ours, theirs = await tcp_streams()
+    peer = RawPeer(theirs)
+    async with mplex.open_muxer(ours) as muxer:
+        a = await peer_opened_stream(muxer, peer, 0)
+        b = await peer_opened_stream(muxer, peer, 1)
+        got: dict[str, bytes] = {}
+
+        async def receive(name: str, stream: mplex.MplexStream) -> None:
+            got[name] = await stream.receive_some()
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(receive, "a", a)
+            await trio.testing.wait_all_tasks_blocked()
+            assert muxer._borrower is a  # a's task waits on the socket
+            nursery.start_soon(receive, "b", b)
+            await trio.testing.wait_all_tasks_blocked()
+            # a's task reads this, hands it to b, and waits for the reader task.
+            await peer.send(frame(1, Flag.MESSAGE_INITIATOR, b"for b"))
+            await trio.testing.wait_all_tasks_blocked()
+            assert got == {"b": b"for b"}
+            await peer.send(frame(0, Flag.MESSAGE_INITIATOR, b"for a"))
+        assert got == {"a": b"for a", "b": b"for b"}
+    await theirs.aclose()
+
+
+async def test_closing_a_stream_wakes_its_receiver_from_the_socket_and_the_connection_lives_on() -> None:
+    ours, theirs = await tcp_streams()
+    async with mplex.open_muxer(ours) as left, mplex.open_muxer(theirs) as right:
+        for close in (mplex.MplexStream.aclose, mplex.MplexStream.reset):
+            stream = await left.open_stream()
+            raised: list[Exception] = []
+
+            async def receive(stream: mplex.MplexStream = stream, raised: list[Exception] = raised) -> None:
+                try:
+                    await stream.receive_some()
+                except trio.ClosedResourceError as exc:
+                    raised.append(exc)
+
+            with trio.fail_after(10):
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(receive)
+                    await trio.testing.wait_all_tasks_blocked()
+                    assert left._borrower is stream
+                    result = close(stream)
+                    if result is not None:
+                        await result
+            assert len(raised) == 1
+        # The wake-up left the socket usable: a new stream still carries data both ways.
+        stream = await left.open_stream()
+        await stream.send_all(b"still here")
+        await stream.send_eof()
+        with trio.fail_after(10):
+            for _ in range(2):
+                await right.accept_stream()  # the two closed above
+            accepted = await right.accept_stream()
+            assert await read_all(accepted) == b"still here"
+            await accepted.send_all(b"and back")
+            await accepted.send_eof()
+            assert await read_all(stream) == b"and back"
+
+
+async def test_a_cancelled_receive_on_the_socket_loses_nothing() -> None:
+    ours, theirs = await tcp_streams()
+    peer = RawPeer(theirs)
+    async with mplex.open_muxer(ours) as muxer:
+        stream = await peer_opened_stream(muxer, peer, 0)
+        with trio.CancelScope() as scope:
+            scope.deadline = trio.current_time()  # cancelled while it waits, or before
+            await stream.receive_some()
+        assert scope.cancelled_caught
+        assert muxer._borrower is None
+        await peer.send(frame(0, Flag.MESSAGE_INITIATOR, b"after"), frame(0, Flag.CLOSE_INITIATOR))
+        with trio.fail_after(10):
+            assert await read_all(stream) == b"after"
+    await theirs.aclose()
+
+
+async def test_the_peer_hanging_up_reaches_a_receiver_waiting_on_the_socket() -> None:
+    ours, theirs = await tcp_streams()
+    peer = RawPeer(theirs)
+    async with mplex.open_muxer(ours) as muxer:
+        stream = await peer_opened_stream(muxer, peer, 0)
+        raised = []
+
+        async def receive() -> None:
+            try:
+                await stream.receive_some()
+            except mplex.ConnectionLost as exc:
+                raised.append(exc)
+
+        with trio.fail_after(10):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(receive)
+                await trio.testing.wait_all_tasks_blocked()
+                assert muxer._borrower is stream
+                await theirs.aclose()
+        assert len(raised) == 1
+        assert "peer closed the connection" in str(raised[0])
+        assert muxer.closed
+
+
+async def test_a_writer_waiting_for_room_is_not_disturbed_when_a_receiver_moves_the_reader() -> None:
+    # Small kernel buffers and a far end that does not read yet: the writer waits for
+    # room on the socket and the reader waits for input.  Then a receive begins and
+    # wakes every waiter on the socket to move the reader aside: the writer must
+    # carry on where it was.
+    ours, theirs = await tcp_streams(buffer_size=4096)
+    peer = RawPeer(theirs)
+    payload = bytes(range(256)) * 2000  # 512,000 bytes: far more than the buffers
+    async with mplex.open_muxer(ours) as muxer:
+        sender = await muxer.open_stream()
+        receiver = await muxer.open_stream()
+        got: list[bytes] = []
+
+        async def receive() -> None:
+            got.append(await receiver.receive_some())
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(sender.send_all, payload)
+            await trio.testing.wait_all_tasks_blocked()
+            assert muxer._writing and muxer._reader_waiting
+            nursery.start_soon(receive)
+            await trio.testing.wait_all_tasks_blocked()
+            assert muxer._borrower is receiver and not muxer._reader_waiting
+            assert muxer._writing and not muxer.closed
+            received = bytearray()
+            while len(received) < len(payload):
+                (wire_frame,) = await peer.receive_frames(1)
+                if wire_frame.flag is Flag.MESSAGE_INITIATOR:
+                    assert wire_frame.stream_id == sender.id
+                    received += wire_frame.data
+            assert received == payload
+            await peer.send(frame(receiver.id, Flag.MESSAGE_RECEIVER, b"reply"))
+        assert got == [b"reply"]
+    await theirs.aclose()
