@@ -24,6 +24,10 @@ __all__ = ["TRANSITIONS", "StreamEvent", "StreamState", "Verdict", "transition"]
 class StreamState(enum.Enum):
     """Where a stream is in its life."""
 
+    # Identity hashing (members are singletons): Enum's own __hash__ is Python code,
+    # run for every table lookup and state-set test on the per-frame paths.
+    __hash__ = object.__hash__
+
     OPEN = "open"
     #: We sent Close; the peer may still send.
     LOCAL_CLOSED = "local-closed"
@@ -38,6 +42,10 @@ class StreamState(enum.Enum):
 class StreamEvent(enum.Enum):
     """Something that happens to a stream."""
 
+    # Identity hashing (members are singletons): Enum's own __hash__ is Python code,
+    # run for every table lookup and state-set test on the per-frame paths.
+    __hash__ = object.__hash__
+
     SEND_DATA = "send-data"
     SEND_CLOSE = "send-close"
     SEND_RESET = "send-reset"
@@ -48,6 +56,10 @@ class StreamEvent(enum.Enum):
 
 class Verdict(enum.Enum):
     """What to do with an event (see the module docstring)."""
+
+    # Identity hashing (members are singletons): Enum's own __hash__ is Python code,
+    # run for every table lookup and state-set test on the per-frame paths.
+    __hash__ = object.__hash__
 
     OK = "ok"
     IGNORE = "ignore"
