@@ -35,6 +35,12 @@ while a stream is over ``Config.max_stream_buffer`` or all streams together are 
 the peer.  The reader never waits for anything else, so accepting and opening streams
 keep working while it is blocked.
 
+Over TCP the reader lends the socket: a task waiting in ``MplexStream.receive_some``
+reads it itself (``_receive_for``), once, so the kernel's wake-up reaches the task that
+wants the data without a second scheduler pass through the reader.  The writer, too,
+writes the socket itself.  See spec section 8 for why waits on the socket are woken
+with ``notify_closing``.
+
 Streams are keyed by ``id << 1 | opened_by_us``: the same number opened by each side
 names two different streams.  A frame with an even flag comes from the stream's
 opener, so it names a stream the peer opened; an odd flag names one we opened.

@@ -1,9 +1,11 @@
 """MplexStream: one mplex stream as a ``trio.abc.HalfCloseableStream``.
 
-The stream owns its receive buffer and its state; every byte it sends goes into the
-muxer's single outbound buffer, which the muxer's writer task flushes.  Sending never
-touches the transport directly, so two streams' frames can never interleave within a
-frame, and a cancelled ``send_all`` leaves only whole frames behind.
+The stream owns its receive buffer and its state; every byte it sends is appended, as
+whole frames, to the muxer's single outbound buffer, which the muxer writes in order
+(its writer task, or over TCP after a quiet spell the sending task itself, with one
+synchronous write).  So two streams' frames never interleave within a frame, and a
+cancelled ``send_all`` leaves only whole frames behind.  Over TCP a receiving task
+with nothing buffered reads the socket itself (see ``Muxer._receive_for``).
 
 Mapping of trio's stream contract onto mplex frames:
 
