@@ -86,6 +86,10 @@ _FLUSH_AT = 64 * 1024
 #: queues it (see Muxer._write_directly).  Far above the gap between the writes of a
 #: busy sender (a few microseconds), below a network round trip (~90 us on loopback).
 _QUIET = 50e-6
+#: Most payload bytes handed to one direct ``writev`` (see _write_frames_directly): a
+#: few socket buffers' worth, so a large send does not build a huge list of frames the
+#: kernel cannot take yet.
+_DIRECT_BATCH = 1024 * 1024
 #: Finished stream keys remembered, so late frames for them are recognised as such.
 _TOMBSTONES = 4096
 
@@ -356,6 +360,67 @@ class Muxer:
             return True
         del data[:sent]
         return False
+
+    def _direct_sends_allowed(self) -> bool:
+        """True if large sends may write the TCP socket from the sending task."""
+        return (
+            self._direct_socket is not None
+            and self._state is _RUNNING
+            and not logger.isEnabledFor(logging.DEBUG)  # the writer traces frames
+        )
+
+    def _write_frames_directly(self, stream: MplexStream, view: memoryview, pos: int) -> int:
+        """Write Message frames of ``view[pos:]`` to the socket with one ``writev``,
+        from the calling task; return how far in ``view`` the frames reach.
+
+        Only when nothing is queued or being written, so order holds.  The write is
+        synchronous and non-blocking: the kernel takes whole frames and at most part
+        of one more, whose rest is queued for the writer, whole.  If it takes nothing,
+        the first frame is queued instead, so the caller always progresses (and the
+        writer waits for room, or reports a failure).
+        """
+        sock = self._direct_socket
+        assert sock is not None
+        step = self._frame_size
+        head = stream._data_head
+        prefixes: list[bytes] = []
+        pieces: list[memoryview] = []
+        parts: list[bytes | memoryview] = []
+        start = pos
+        end = min(len(view), pos + _DIRECT_BATCH)
+        while start < end:
+            piece = view[start : start + step]
+            prefix = head + encode_uvarint(len(piece))
+            prefixes.append(prefix)
+            pieces.append(piece)
+            parts += (prefix, piece)
+            start += len(piece)
+        try:
+            sent = os.writev(sock.fileno(), parts)
+        except OSError:
+            sent = 0  # full, or broken: the writer waits, or reports the failure
+        self._stats.bytes_sent += sent
+        self._last_flush = time.perf_counter()
+        frames = 0
+        for prefix, piece in zip(prefixes, pieces, strict=True):
+            size = len(prefix) + len(piece)
+            frames += 1
+            pos += len(piece)
+            if sent >= size:
+                sent -= size
+                continue
+            out = self._outbuf  # the rest of this frame, for the writer
+            if sent < len(prefix):
+                out += prefix[sent:]
+                out += piece
+            else:
+                out += piece[sent - len(prefix) :]
+            break
+        if self._outbuf:
+            self._queued(frames)
+        else:
+            self._frames_queued += frames
+        return pos
 
     def _queue_control(self, stream_id: int, flag: Flag, body: bytes = b"") -> None:
         """Queue a frame that must go out whatever the send buffer holds."""

@@ -174,12 +174,30 @@ class MplexStream(trio.abc.HalfCloseableStream):
                 return
             view = memoryview(data).cast("B")
             step = m._frame_size
-            for start in range(0, len(view), step):
-                while len(m._outbuf) >= m._high_water:
+            pos, end = 0, len(view)
+            direct = m._direct_sends_allowed()
+            yielded = False
+            while pos < end:
+                if direct and not m._outbuf and not m._writing:
+                    # Nothing is queued ahead of us: hand frames to the kernel from
+                    # here, without copying the data into the send buffer.
+                    pos = m._write_frames_directly(self, view, pos)
+                    continue
+                if direct or len(m._outbuf) >= m._high_water:
+                    # Over TCP: wait for the writer to send what is queued (then the
+                    # socket has room again), now rather than when the program idles.
+                    # Otherwise: queue up to the mark.
+                    if direct and m._idle_scope is not None:
+                        m._idle_scope.cancel()
                     await m._writable_lot.park()
+                    yielded = True
                     if not self._can_send:
                         self._raise_send_error()
-                self._queue_frames(view[start : start + step])
+                    continue
+                self._queue_frames(view[pos : pos + step])
+                pos += step
+            if not yielded:
+                await trio.lowlevel.cancel_shielded_checkpoint()
         finally:
             self._send_busy = False
 

@@ -11,7 +11,7 @@ import trio.testing
 
 import mplex
 from mplex import Flag
-from tests.helpers import CountingStream, RawPeer, frame, read_all, settle, tcp_streams
+from tests.helpers import CountingStream, RawPeer, frame, memory_streams, read_all, settle, tcp_streams
 
 
 async def counting_pair() -> tuple[CountingStream, trio.abc.Stream]:
@@ -197,3 +197,95 @@ class TestDirectWriteOverTcp:
 
                 nursery.start_soon(send)
                 assert await read_all(accepted) == payload
+
+
+class TestLargeSendsOverTcp:
+    """Over TCP, a send longer than one frame is written by the sending task with
+    ``writev`` (no copy into the send buffer) whenever nothing is queued ahead."""
+
+    async def test_with_nothing_queued_the_frames_skip_the_send_buffer(self) -> None:
+        ours, theirs = await tcp_streams()
+        async with mplex.open_muxer(ours) as muxer, mplex.open_muxer(theirs) as far_end:
+            stream = await muxer.open_stream()
+            accepted = await far_end.accept_stream()
+            copied: list[int] = []
+            queue_frames = stream._queue_frames
+
+            def spy(view: memoryview) -> None:
+                copied.append(len(view))
+                queue_frames(view)
+
+            stream._queue_frames = spy  # type: ignore[method-assign]
+            payload = bytes(range(256)) * 1000  # 256,000 bytes: four frames
+            await stream.send_all(payload)
+            await stream.send_eof()
+            assert await read_all(accepted) == payload
+            assert copied == []
+        await theirs.aclose()
+
+    async def test_concurrent_large_and_small_senders_keep_every_frame_whole(self) -> None:
+        ours, theirs = await tcp_streams(buffer_size=8192)
+        payloads = [bytes([i]) * (300_000 + i) for i in range(3)]
+        async with mplex.open_muxer(ours) as muxer, mplex.open_muxer(theirs) as far_end:
+            streams = [await muxer.open_stream() for _ in range(4)]
+            accepted = [await far_end.accept_stream() for _ in range(4)]
+            received: dict[int, bytes] = {}
+
+            async def send_large(stream: mplex.MplexStream, payload: bytes) -> None:
+                for _ in range(3):
+                    await stream.send_all(payload)
+                await stream.send_eof()
+
+            async def send_small(stream: mplex.MplexStream) -> None:
+                for i in range(2000):
+                    await stream.send_all(i.to_bytes(4, "big"))
+                await stream.send_eof()
+
+            async def receive(index: int) -> None:
+                received[index] = await read_all(accepted[index])
+
+            with trio.fail_after(30):
+                async with trio.open_nursery() as nursery:
+                    for stream, payload in zip(streams, payloads, strict=False):
+                        nursery.start_soon(send_large, stream, payload)
+                    nursery.start_soon(send_small, streams[3])
+                    for index in range(4):
+                        nursery.start_soon(receive, index)
+            for index, payload in enumerate(payloads):
+                assert received[index] == payload * 3
+            assert received[3] == b"".join(i.to_bytes(4, "big") for i in range(2000))
+        await theirs.aclose()
+
+    async def test_a_cancelled_large_send_leaves_whole_frames_and_a_working_connection(self) -> None:
+        ours, theirs = await tcp_streams(buffer_size=4096)
+        peer = RawPeer(theirs)
+        payload = bytes(range(256)) * 4000  # 1,024,000 bytes: far more than the buffers
+        async with mplex.open_muxer(ours) as muxer:
+            stream = await muxer.open_stream()
+            with trio.move_on_after(0.05) as scope:
+                await stream.send_all(payload)  # nobody reads: it waits, then is cancelled
+            assert scope.cancelled_caught
+            await stream.send_all(b"after")
+            await stream.send_eof()
+            frames = await peer.receive_frames(1)  # NewStream
+            data = bytearray()
+            while True:
+                (wire_frame,) = await peer.receive_frames(1)
+                if wire_frame.flag is Flag.CLOSE_INITIATOR:
+                    break
+                data += wire_frame.data
+            assert frames == [mplex.Frame(0, Flag.NEW_STREAM, b"0")]
+            assert 0 < len(data) - len(b"after") < len(payload)
+            assert data.endswith(b"after")
+            assert payload.startswith(data[: -len(b"after")])
+        await theirs.aclose()
+
+
+async def test_a_large_send_all_is_a_checkpoint_even_with_room_to_queue() -> None:
+    for transport in (memory_streams, tcp_streams):
+        ours, theirs = await transport()
+        async with mplex.open_muxer(ours) as muxer, mplex.open_muxer(theirs):
+            stream = await muxer.open_stream()
+            with trio.testing.assert_checkpoints():
+                await stream.send_all(b"x" * 100_000)
+        await theirs.aclose()
