@@ -167,6 +167,15 @@ class MplexStream(trio.abc.HalfCloseableStream):
             m = self._muxer
             out = m._outbuf
             size = len(data)
+            if size == self._last_size and len(out) < m._high_water:
+                # The hot path, as in send_nowait (a repeated size: cached prefix).
+                out += self._last_prefix
+                out += data
+                m._frames_queued += 1
+                if m._writer_parked or m._idle_scope is not None:
+                    m._queued(0)
+                await trio.lowlevel.cancel_shielded_checkpoint()
+                return
             if size <= m._frame_size and len(out) < m._high_water:
                 if size:
                     self._append_frame(out, data, size)
