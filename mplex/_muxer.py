@@ -93,6 +93,9 @@ _DIRECT_BATCH = 1024 * 1024
 #: Finished stream keys remembered, so late frames for them are recognised as such.
 _TOMBSTONES = 4096
 
+#: Socket descriptors work with os.read, os.write and os.writev.
+_POSIX_SOCKETS = os.name == "posix" and hasattr(os, "writev")
+
 _RUNNING, _CLOSED, _BROKEN = "running", "closed", "broken"
 
 
@@ -159,9 +162,12 @@ class Muxer:
         self._idle_scope: trio.CancelScope | None = None
         self._writing = False
         self._writable_lot = trio.lowlevel.ParkingLot()
-        # A TCP transport can be written without a task hop: see _write_directly.
+        # A socket transport is read and written with os.read/os.write/os.writev on its
+        # descriptor, without trio's per-call hops: see _write_directly, _receive_for.
+        # POSIX only (Windows sockets are not file descriptors); elsewhere the trio
+        # stream's own methods are used.
         self._direct_socket: trio.socket.SocketType | None = None
-        if isinstance(transport_stream, trio.SocketStream):
+        if isinstance(transport_stream, trio.SocketStream) and _POSIX_SOCKETS:
             self._direct_socket = transport_stream.socket
         self._last_flush = 0.0
         # Reader side.

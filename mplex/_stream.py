@@ -181,34 +181,54 @@ class MplexStream(trio.abc.HalfCloseableStream):
                     self._append_frame(out, data, size)
                 await trio.lowlevel.cancel_shielded_checkpoint()
                 return
-            view = memoryview(data).cast("B")
-            step = m._frame_size
-            pos, end = 0, len(view)
-            direct = m._direct_sends_allowed()
             yielded = False
-            while pos < end:
-                if direct and not m._outbuf and not m._writing:
-                    # Nothing is queued ahead of us: hand frames to the kernel from
-                    # here, without copying the data into the send buffer.
-                    pos = m._write_frames_directly(self, view, pos)
-                    continue
-                if direct or len(m._outbuf) >= m._high_water:
-                    # Over TCP: wait for the writer to send what is queued (then the
-                    # socket has room again), now rather than when the program idles.
-                    # Otherwise: queue up to the mark.
-                    if direct and m._idle_scope is not None:
-                        m._idle_scope.cancel()
-                    await m._writable_lot.park()
-                    yielded = True
-                    if not self._can_send:
-                        self._raise_send_error()
-                    continue
-                self._queue_frames(view[pos : pos + step])
-                pos += step
+            if size <= m._frame_size:  # one frame, but the buffer is at the mark
+                if size:
+                    while len(m._outbuf) >= m._high_water:
+                        yielded = await self._wait_for_writer()
+                    self._append_frame(m._outbuf, data, size)
+            else:
+                yielded = await self._send_frames(memoryview(data).cast("B"))
             if not yielded:
                 await trio.lowlevel.cancel_shielded_checkpoint()
         finally:
             self._send_busy = False
+
+    async def _send_frames(self, view: memoryview) -> bool:
+        """send_all's part for data longer than one frame; True if it yielded.
+
+        Over TCP, whenever nothing is queued or being written, the frames go to the
+        kernel from this task without a copy (``Muxer._write_frames_directly``); then
+        it waits for the writer to send what the kernel did not take.  If other
+        senders keep the buffer busy, it queues copies up to the high-water mark like
+        everyone else, so it is never starved.
+        """
+        m = self._muxer
+        step = m._frame_size
+        pos, end = 0, len(view)
+        direct = m._direct_sends_allowed()
+        waited = yielded = False
+        while pos < end:
+            if direct and not m._outbuf and not m._writing:
+                pos = m._write_frames_directly(self, view, pos)
+                waited = False
+            elif direct and not waited:
+                if m._idle_scope is not None:
+                    m._idle_scope.cancel()  # write now, not when the program idles
+                yielded = waited = await self._wait_for_writer()
+            elif len(m._outbuf) >= m._high_water:
+                yielded = await self._wait_for_writer()
+            else:
+                self._queue_frames(view[pos : pos + step])
+                pos += step
+        return yielded
+
+    async def _wait_for_writer(self) -> bool:
+        """Wait until the writer has sent something (or the stream broke); True."""
+        await self._muxer._writable_lot.park()
+        if not self._can_send:
+            self._raise_send_error()
+        return True
 
     def _queue_frames(self, view: memoryview) -> None:
         m = self._muxer

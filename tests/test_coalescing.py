@@ -223,6 +223,41 @@ class TestLargeSendsOverTcp:
             assert copied == []
         await theirs.aclose()
 
+    async def test_sends_of_one_frame_are_queued_even_at_the_high_water_mark(self) -> None:
+        # Small kernel buffers: the writer waits for room and the send buffer reaches
+        # the mark, so senders wait.  They must then queue their frames for the writer's
+        # large writes, never write them one by one to the socket.
+        ours, theirs = await tcp_streams(buffer_size=8192)
+        async with mplex.open_muxer(ours) as muxer, mplex.open_muxer(theirs) as far_end:
+            direct_writes: list[int] = []
+            write_frames_directly = muxer._write_frames_directly
+
+            def spy(stream: mplex.MplexStream, view: memoryview, pos: int) -> int:
+                direct_writes.append(len(view))
+                return write_frames_directly(stream, view, pos)
+
+            muxer._write_frames_directly = spy  # type: ignore[method-assign]
+            chunk = b"s" * 1024
+            high_water_seen = []
+
+            async def send(stream: mplex.MplexStream) -> None:
+                for _ in range(200):
+                    high_water_seen.append(len(muxer._outbuf) >= muxer.config.send_high_water)
+                    await stream.send_all(chunk)
+                await stream.send_eof()
+
+            async def sink(stream: mplex.MplexStream) -> None:
+                assert await read_all(stream) == chunk * 200
+
+            with trio.fail_after(30):
+                async with trio.open_nursery() as nursery:
+                    for _ in range(50):
+                        nursery.start_soon(send, await muxer.open_stream())
+                        nursery.start_soon(sink, await far_end.accept_stream())
+            assert any(high_water_seen)
+            assert direct_writes == []
+        await theirs.aclose()
+
     async def test_concurrent_large_and_small_senders_keep_every_frame_whole(self) -> None:
         ours, theirs = await tcp_streams(buffer_size=8192)
         payloads = [bytes([i]) * (300_000 + i) for i in range(3)]
