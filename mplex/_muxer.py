@@ -5,10 +5,12 @@ Theory of operation
 ``run()`` starts two tasks in the caller's nursery and returns control once they are
 running (``await nursery.start(muxer.run)``); ``open_muxer()`` does that for you.
 
-The **writer** owns the transport's send side.  Streams never write to the transport:
-they append whole encoded frames to ``_outbuf``, one bytearray shared by the
-connection, synchronously.  That is what makes sending cheap (no await per frame),
-atomic (a frame is appended whole or not at all, so cancellation cannot split one)
+The **writer** owns the transport's send side.  Streams append whole encoded frames
+to ``_outbuf``, one bytearray shared by the connection, synchronously; only over TCP,
+and only when nothing is queued or being written, may a sending task hand frames to
+the kernel itself, with one synchronous non-blocking write (``_write_directly``,
+``_write_frames_directly``), whose unsent rest goes back to the writer, in order.  That is what makes sending
+cheap (no await per frame), atomic (a frame is appended whole or not at all, so cancellation cannot split one)
 and coalesced (everything queued since the last write leaves in one ``send_all``).
 When to write is the subtle part.  After a quiet spell, the first frame wakes the
 writer, which sends it at once together with whatever else that scheduler pass
