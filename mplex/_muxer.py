@@ -9,9 +9,10 @@ The **writer** owns the transport's send side.  Streams append whole encoded fra
 to ``_outbuf``, one bytearray shared by the connection, synchronously; only over TCP,
 and only when nothing is queued or being written, may a sending task hand frames to
 the kernel itself, with one synchronous non-blocking write (``_write_directly``,
-``_write_frames_directly``), whose unsent rest goes back to the writer, in order.  That is what makes sending
-cheap (no await per frame), atomic (a frame is appended whole or not at all, so cancellation cannot split one)
-and coalesced (everything queued since the last write leaves in one ``send_all``).
+``_write_frames_directly``), whose unsent rest goes back to the writer, in order.
+That is what makes sending cheap (no await per frame), atomic (a frame is appended
+whole or not at all, so cancellation cannot split one) and coalesced (everything
+queued since the last write leaves in one ``send_all``).
 When to write is the subtle part.  After a quiet spell, the first frame wakes the
 writer, which sends it at once together with whatever else that scheduler pass
 queued: a lone message waits for nothing.  But writing as soon as any sender yields
