@@ -184,7 +184,7 @@ class Muxer:
         self._borrower: MplexStream | None = None
         self._borrower_waiting: MplexStream | None = None
         self._reader_waiting = False
-        self._reader_lot = trio.lowlevel.ParkingLot()
+        self._reader_parked: trio.lowlevel.Task | None = None
         # Lifecycle.
         self._started = False
         self._state = _RUNNING
@@ -527,7 +527,7 @@ class Muxer:
             if self._over_buffer_limits():
                 await self._wait_for_readers()
             if self._borrower is not None:
-                await self._reader_lot.park()
+                await self._park_reader()
                 # The task that gave the turn back is usually about to take it again (a
                 # request/response loop): one pass of delay lets it do so before we
                 # wait on the socket and it has to wake us out of there.
@@ -549,6 +549,16 @@ class Muxer:
             # The kernel had data without waiting: yield once per read, as trio's
             # own receive_some does, so a flood cannot starve other tasks.
             await trio.lowlevel.cancel_shielded_checkpoint()
+
+    async def _park_reader(self) -> None:
+        """Park the reader task until a receiving task gives the read turn back."""
+        self._reader_parked = trio.lowlevel.current_task()
+
+        def abort(_: object) -> trio.lowlevel.Abort:
+            self._reader_parked = None
+            return trio.lowlevel.Abort.SUCCEEDED
+
+        await trio.lowlevel.wait_task_rescheduled(abort)
 
     def _read_nowait(self, sock: trio.socket.SocketType) -> bytes | None:
         """One non-blocking read of the socket: None if it has nothing now.  A failed
@@ -632,8 +642,11 @@ class Muxer:
             self._fail(ConnectionLost("the transport failed while receiving"), cause=exc)
         finally:
             self._borrower = None
-            if self._reader_lot:
-                self._reader_lot.unpark_all()
+            if self._reader_parked is not None:
+                # Not a ParkingLot: this wake-up is on the path from a received
+                # request to its reply, and rescheduling the one task costs less.
+                trio.lowlevel.reschedule(self._reader_parked)
+                self._reader_parked = None
         if not waited:
             await trio.lowlevel.cancel_shielded_checkpoint()
 
