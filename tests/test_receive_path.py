@@ -192,3 +192,27 @@ async def test_a_writer_waiting_for_room_is_not_disturbed_when_a_receiver_moves_
             await peer.send(frame(receiver.id, Flag.MESSAGE_RECEIVER, b"reply"))
         assert got == [b"reply"]
     await theirs.aclose()
+
+
+async def test_closing_the_muxer_ends_a_receive_waiting_on_the_socket() -> None:
+    ours, theirs = await tcp_streams()
+    peer = RawPeer(theirs)
+    async with mplex.open_muxer(ours) as muxer:
+        stream = await peer_opened_stream(muxer, peer, 0)
+        raised: list[Exception] = []
+
+        async def receive() -> None:
+            try:
+                await stream.receive_some()
+            except mplex.ConnectionLost as exc:  # as for every stream still open
+                raised.append(exc)
+
+        with trio.fail_after(10):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(receive)
+                await trio.testing.wait_all_tasks_blocked()
+                assert muxer._borrower is stream
+                await muxer.aclose()
+        assert len(raised) == 1
+        assert "the muxer was closed" in str(raised[0])
+    await theirs.aclose()
