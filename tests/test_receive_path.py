@@ -9,6 +9,9 @@ whenever nobody borrows the socket, and the writer is not disturbed.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+
+import pytest
 import trio
 import trio.testing
 
@@ -32,6 +35,29 @@ async def peer_opened_stream(muxer: mplex.Muxer, peer: RawPeer, stream_id: int) 
     await peer.send(frame(stream_id, Flag.NEW_STREAM, str(stream_id).encode()))
     with trio.fail_after(10):
         return await muxer.accept_stream()
+
+
+async def error_of_waiting_receive(
+    muxer: mplex.Muxer, stream: mplex.MplexStream, act: Callable[[], Awaitable[object]]
+) -> Exception:
+    """Start ``stream.receive_some()``, wait until its task waits on the socket itself,
+    run ``act()``; return what the receive raised (it must raise, and promptly)."""
+    raised: list[Exception] = []
+
+    async def receive() -> None:
+        try:
+            await stream.receive_some()
+        except (trio.ClosedResourceError, trio.BrokenResourceError) as exc:
+            raised.append(exc)
+
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(receive)
+            await trio.testing.wait_all_tasks_blocked()
+            assert muxer._borrower is stream
+            await act()
+    assert len(raised) == 1
+    return raised[0]
 
 
 async def test_the_waiting_receiver_is_woken_by_the_kernel_not_by_the_reader_task() -> None:
@@ -85,25 +111,17 @@ async def test_frames_a_receiver_reads_for_other_streams_reach_them() -> None:
 async def test_closing_a_stream_wakes_its_receiver_from_the_socket_and_the_connection_lives_on() -> None:
     ours, theirs = await tcp_streams()
     async with mplex.open_muxer(ours) as left, mplex.open_muxer(theirs) as right:
-        for close in (mplex.MplexStream.aclose, mplex.MplexStream.reset):
+        for close in ("aclose", "reset"):
             stream = await left.open_stream()
-            raised: list[Exception] = []
 
-            async def receive(stream: mplex.MplexStream = stream, raised: list[Exception] = raised) -> None:
-                try:
-                    await stream.receive_some()
-                except trio.ClosedResourceError as exc:
-                    raised.append(exc)
+            async def act(stream: mplex.MplexStream = stream, close: str = close) -> None:
+                if close == "aclose":
+                    await stream.aclose()
+                else:
+                    stream.reset()
 
-            with trio.fail_after(10):
-                async with trio.open_nursery() as nursery:
-                    nursery.start_soon(receive)
-                    await trio.testing.wait_all_tasks_blocked()
-                    assert left._borrower is stream
-                    result = close(stream)
-                    if result is not None:
-                        await result
-            assert len(raised) == 1
+            error = await error_of_waiting_receive(left, stream, act)
+            assert isinstance(error, trio.ClosedResourceError)
         # The wake-up left the socket usable: a new stream still carries data both ways.
         stream = await left.open_stream()
         await stream.send_all(b"still here")
@@ -134,28 +152,23 @@ async def test_a_cancelled_receive_on_the_socket_loses_nothing() -> None:
     await theirs.aclose()
 
 
-async def test_the_peer_hanging_up_reaches_a_receiver_waiting_on_the_socket() -> None:
+@pytest.mark.parametrize(
+    ("who_ends_it", "reason"),
+    [("the peer", "the peer closed the connection"), ("we", "the muxer was closed")],
+)
+async def test_the_end_of_the_connection_reaches_a_receiver_waiting_on_the_socket(
+    who_ends_it: str, reason: str
+) -> None:
     ours, theirs = await tcp_streams()
     peer = RawPeer(theirs)
     async with mplex.open_muxer(ours) as muxer:
         stream = await peer_opened_stream(muxer, peer, 0)
-        raised = []
-
-        async def receive() -> None:
-            try:
-                await stream.receive_some()
-            except mplex.ConnectionLost as exc:
-                raised.append(exc)
-
-        with trio.fail_after(10):
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(receive)
-                await trio.testing.wait_all_tasks_blocked()
-                assert muxer._borrower is stream
-                await theirs.aclose()
-        assert len(raised) == 1
-        assert "peer closed the connection" in str(raised[0])
+        end = theirs.aclose if who_ends_it == "the peer" else muxer.aclose
+        error = await error_of_waiting_receive(muxer, stream, end)
+        assert isinstance(error, mplex.ConnectionLost)  # as for every stream still open
+        assert reason in str(error)
         assert muxer.closed
+    await theirs.aclose()
 
 
 async def test_a_writer_waiting_for_room_is_not_disturbed_when_a_receiver_moves_the_reader() -> None:
@@ -191,28 +204,4 @@ async def test_a_writer_waiting_for_room_is_not_disturbed_when_a_receiver_moves_
             assert received == payload
             await peer.send(frame(receiver.id, Flag.MESSAGE_RECEIVER, b"reply"))
         assert got == [b"reply"]
-    await theirs.aclose()
-
-
-async def test_closing_the_muxer_ends_a_receive_waiting_on_the_socket() -> None:
-    ours, theirs = await tcp_streams()
-    peer = RawPeer(theirs)
-    async with mplex.open_muxer(ours) as muxer:
-        stream = await peer_opened_stream(muxer, peer, 0)
-        raised: list[Exception] = []
-
-        async def receive() -> None:
-            try:
-                await stream.receive_some()
-            except mplex.ConnectionLost as exc:  # as for every stream still open
-                raised.append(exc)
-
-        with trio.fail_after(10):
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(receive)
-                await trio.testing.wait_all_tasks_blocked()
-                assert muxer._borrower is stream
-                await muxer.aclose()
-        assert len(raised) == 1
-        assert "the muxer was closed" in str(raised[0])
     await theirs.aclose()
