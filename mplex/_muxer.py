@@ -599,13 +599,20 @@ class Muxer:
             trio.lowlevel.notify_closing(sock)
 
     def _can_lend(self) -> bool:
-        """True if a receiving task may read the transport itself now."""
+        """True if a receiving task may read the transport itself now.
+
+        Only while no stream has unread data: then the wait is for the peer, and
+        the task that wants the next bytes should be the one the kernel wakes.  While
+        streams have data to read, the reader task (one read, then a yield) keeps the
+        pace; if every waiting receiver read for itself, a hundred of them would read
+        a hundred chunks in one scheduler pass and fill the buffers for nothing.
+        """
         return (
             self._direct_socket is not None
             and self._borrower is None
+            and not self._buffered
             and not self._reader_blocked
             and self._state is _RUNNING
-            and not self._over_buffer_limits()
         )
 
     async def _receive_for(self, stream: MplexStream) -> None:

@@ -205,3 +205,30 @@ async def test_a_writer_waiting_for_room_is_not_disturbed_when_a_receiver_moves_
             await peer.send(frame(receiver.id, Flag.MESSAGE_RECEIVER, b"reply"))
         assert got == [b"reply"]
     await theirs.aclose()
+
+
+async def test_while_any_stream_has_unread_data_receivers_leave_reading_to_the_reader() -> None:
+    # Otherwise every waiting receiver would read a chunk of its own in one scheduler
+    # pass, and a hundred of them would fill the buffers faster than they are read.
+    ours, theirs = await tcp_streams()
+    peer = RawPeer(theirs)
+    async with mplex.open_muxer(ours) as muxer:
+        unread = await peer_opened_stream(muxer, peer, 0)
+        waiting = await peer_opened_stream(muxer, peer, 1)
+        await peer.send(frame(0, Flag.MESSAGE_INITIATOR, b"not read yet"))
+        with trio.fail_after(10):
+            while not unread._buffered:
+                await trio.testing.wait_all_tasks_blocked()
+        got = []
+
+        async def receive() -> None:
+            got.append(await waiting.receive_some())
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(receive)
+            await trio.testing.wait_all_tasks_blocked()
+            assert muxer._borrower is None
+            await peer.send(frame(1, Flag.MESSAGE_INITIATOR, b"for the waiting one"))
+        assert got == [b"for the waiting one"]
+        assert await unread.receive_some() == b"not read yet"
+    await theirs.aclose()
