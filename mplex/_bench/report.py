@@ -181,6 +181,12 @@ def targets_text(suite: Sequence[CaseLike]) -> str:
 
 #: Why a target can be missed on this design, shown in RESULTS.md only when it is.
 EXPLANATIONS = {
+    "32 B send_nowait with logging at INFO vs without (tracing off costs)": (
+        "Noise: with logging configured the library makes one (cached) isEnabledFor "
+        "check per transport read or write, none per frame, and the two rows differ by "
+        "less than either varies. This session's full runs gave 1.19x, 1.07x, 0.96x, "
+        "0.91x, 0.94x and 1.09x; the plain row alone ranged 0.72-0.82 s."
+    ),
     "32 B send_nowait vs py-libp2p (throughput)": (
         "Missed by about an eighth. py-libp2p runs here over a connection stand-in that "
         "buffers reads 64 KiB at a time and encrypts nothing, the most favourable setting "
@@ -191,21 +197,22 @@ EXPLANATIONS = {
     ),
     "32 B send_all vs js-libp2p (throughput)": (
         "trio requires send_all to be a checkpoint, and 3,276,800 bare checkpoints take "
-        "most of the send_all time on their own (see the 'bare checkpoints' row). The "
-        "ratio to js moves with js's own run-to-run spread, across 2.5x from one full run "
-        "to the next; use send_nowait for tiny messages."
+        "most of the send_all time on their own (see the 'bare checkpoints' row). Across "
+        "this session's six full runs our send_all took 16.5-19.2 s and js 38.6-42.3 s "
+        "(2.20x-2.42x); use send_nowait for tiny messages."
     ),
     "32 B send_all time vs send_nowait + bare checkpoints": (
         "The send_nowait time in this sum comes from a tight loop, where an append costs "
-        "about 0.25 us. Interleaved with a scheduler pass per call, as inside send_all, "
-        "the same append costs 1.1-1.3 us. `python -m benchmarks.probe_send_all` shows "
-        "it in one process with a muxer running, 1,000,000 rounds each: a tight loop "
-        "0.24-0.25 s, bare yields 3.25-3.29 s, send_nowait plus a yield 4.42-4.59 s, "
-        "send_all 4.90-5.00 s. The yield itself is trio's, and send_all must make it."
+        "about 0.25 us; interleaved with a scheduler pass per call, as inside send_all, "
+        "the same work costs several times more. `python -m benchmarks.probe_send_all` "
+        "shows it in one process with a muxer running, 1,000,000 rounds each; this "
+        "session's runs: a tight loop 0.26 s, bare yields 3.6-4.5 s, send_all 5.6-7.3 s. "
+        "The yield itself is trio's, and send_all must make it. Across this session's "
+        "six full runs the ratio was 1.29x-1.39x."
     ),
     "bulk 1 MiB vs raw trio socket (throughput)": (
         "This ratio moves a lot from run to run on this machine (0.38x-0.70x in this "
-        "session's runs of this case; the raw socket's own median ranged 2.2-3.7 GB/s). "
+        "session's runs of this case; the raw socket's own median ranged 2.2-4.5 GB/s). "
         "The sender is not the limit: over TCP a large send reaches the kernel without a "
         "copy (one writev of frame prefixes and slices of the data). The receiver makes "
         "copies a raw socket does not: it cuts 64 KiB frame bodies out of 256 KiB reads "
