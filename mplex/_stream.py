@@ -225,8 +225,10 @@ class MplexStream(trio.abc.HalfCloseableStream):
 
     async def _wait_for_writer(self) -> bool:
         """Wait until the writer has sent something (or the stream broke); True."""
-        await self._muxer._writable_lot.park()
+        if self._can_send:  # else nothing would wake us: the failure woke everyone already
+            await self._muxer._writable_lot.park()
         if not self._can_send:
+            await trio.lowlevel.cancel_shielded_checkpoint()
             self._raise_send_error()
         return True
 
