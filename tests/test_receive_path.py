@@ -9,7 +9,8 @@ whenever nobody borrows the socket, and the writer is not disturbed.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
 import trio
@@ -29,6 +30,15 @@ class ReaderSteps(trio.abc.Instrument):
     def before_task_step(self, task: trio.lowlevel.Task) -> None:
         if task.name.endswith("_read_loop"):
             self.steps += 1
+
+
+@contextlib.asynccontextmanager
+async def muxer_with_raw_peer(buffer_size: int | None = None) -> AsyncIterator[tuple[mplex.Muxer, RawPeer]]:
+    """A running muxer over loopback TCP, its far end a raw-frame peer."""
+    ours, theirs = await tcp_streams(buffer_size)
+    async with mplex.open_muxer(ours) as muxer:
+        yield muxer, RawPeer(theirs)
+    await theirs.aclose()
 
 
 async def peer_opened_stream(muxer: mplex.Muxer, peer: RawPeer, stream_id: int) -> mplex.MplexStream:
@@ -61,9 +71,7 @@ async def error_of_waiting_receive(
 
 
 async def test_the_waiting_receiver_is_woken_by_the_kernel_not_by_the_reader_task() -> None:
-    ours, theirs = await tcp_streams()
-    peer = RawPeer(theirs)
-    async with mplex.open_muxer(ours) as muxer:
+    async with muxer_with_raw_peer() as (muxer, peer):
         stream = await peer_opened_stream(muxer, peer, 0)
         steps = ReaderSteps()
         got = []
@@ -79,13 +87,10 @@ async def test_the_waiting_receiver_is_woken_by_the_kernel_not_by_the_reader_tas
             await peer.send(frame(0, Flag.MESSAGE_INITIATOR, b"request"))
         trio.lowlevel.remove_instrument(steps)
         assert got == [b"request", 0]
-    await theirs.aclose()
 
 
 async def test_frames_a_receiver_reads_for_other_streams_reach_them() -> None:
-    ours, theirs = await tcp_streams()
-    peer = RawPeer(theirs)
-    async with mplex.open_muxer(ours) as muxer:
+    async with muxer_with_raw_peer() as (muxer, peer):
         a = await peer_opened_stream(muxer, peer, 0)
         b = await peer_opened_stream(muxer, peer, 1)
         got: dict[str, bytes] = {}
@@ -105,7 +110,6 @@ async def test_frames_a_receiver_reads_for_other_streams_reach_them() -> None:
             assert got == {"b": b"for b"}
             await peer.send(frame(0, Flag.MESSAGE_INITIATOR, b"for a"))
         assert got == {"a": b"for a", "b": b"for b"}
-    await theirs.aclose()
 
 
 async def test_closing_a_stream_wakes_its_receiver_from_the_socket_and_the_connection_lives_on() -> None:
@@ -137,9 +141,7 @@ async def test_closing_a_stream_wakes_its_receiver_from_the_socket_and_the_conne
 
 
 async def test_a_cancelled_receive_on_the_socket_loses_nothing() -> None:
-    ours, theirs = await tcp_streams()
-    peer = RawPeer(theirs)
-    async with mplex.open_muxer(ours) as muxer:
+    async with muxer_with_raw_peer() as (muxer, peer):
         stream = await peer_opened_stream(muxer, peer, 0)
         with trio.CancelScope() as scope:
             scope.deadline = trio.current_time()  # cancelled while it waits, or before
@@ -149,7 +151,6 @@ async def test_a_cancelled_receive_on_the_socket_loses_nothing() -> None:
         await peer.send(frame(0, Flag.MESSAGE_INITIATOR, b"after"), frame(0, Flag.CLOSE_INITIATOR))
         with trio.fail_after(10):
             assert await read_all(stream) == b"after"
-    await theirs.aclose()
 
 
 @pytest.mark.parametrize(
@@ -159,16 +160,13 @@ async def test_a_cancelled_receive_on_the_socket_loses_nothing() -> None:
 async def test_the_end_of_the_connection_reaches_a_receiver_waiting_on_the_socket(
     who_ends_it: str, reason: str
 ) -> None:
-    ours, theirs = await tcp_streams()
-    peer = RawPeer(theirs)
-    async with mplex.open_muxer(ours) as muxer:
+    async with muxer_with_raw_peer() as (muxer, peer):
         stream = await peer_opened_stream(muxer, peer, 0)
-        end = theirs.aclose if who_ends_it == "the peer" else muxer.aclose
+        end = peer.stream.aclose if who_ends_it == "the peer" else muxer.aclose
         error = await error_of_waiting_receive(muxer, stream, end)
         assert isinstance(error, mplex.ConnectionLost)  # as for every stream still open
         assert reason in str(error)
         assert muxer.closed
-    await theirs.aclose()
 
 
 async def test_a_writer_waiting_for_room_is_not_disturbed_when_a_receiver_moves_the_reader() -> None:
@@ -176,10 +174,8 @@ async def test_a_writer_waiting_for_room_is_not_disturbed_when_a_receiver_moves_
     # room on the socket and the reader waits for input.  Then a receive begins and
     # wakes every waiter on the socket to move the reader aside: the writer must
     # carry on where it was.
-    ours, theirs = await tcp_streams(buffer_size=4096)
-    peer = RawPeer(theirs)
     payload = bytes(range(256)) * 2000  # 512,000 bytes: far more than the buffers
-    async with mplex.open_muxer(ours) as muxer:
+    async with muxer_with_raw_peer(buffer_size=4096) as (muxer, peer):
         sender = await muxer.open_stream()
         receiver = await muxer.open_stream()
         got: list[bytes] = []
@@ -204,15 +200,12 @@ async def test_a_writer_waiting_for_room_is_not_disturbed_when_a_receiver_moves_
             assert received == payload
             await peer.send(frame(receiver.id, Flag.MESSAGE_RECEIVER, b"reply"))
         assert got == [b"reply"]
-    await theirs.aclose()
 
 
 async def test_while_any_stream_has_unread_data_receivers_leave_reading_to_the_reader() -> None:
     # Otherwise every waiting receiver would read a chunk of its own in one scheduler
     # pass, and a hundred of them would fill the buffers faster than they are read.
-    ours, theirs = await tcp_streams()
-    peer = RawPeer(theirs)
-    async with mplex.open_muxer(ours) as muxer:
+    async with muxer_with_raw_peer() as (muxer, peer):
         unread = await peer_opened_stream(muxer, peer, 0)
         waiting = await peer_opened_stream(muxer, peer, 1)
         await peer.send(frame(0, Flag.MESSAGE_INITIATOR, b"not read yet"))
@@ -231,4 +224,3 @@ async def test_while_any_stream_has_unread_data_receivers_leave_reading_to_the_r
             await peer.send(frame(1, Flag.MESSAGE_INITIATOR, b"for the waiting one"))
         assert got == [b"for the waiting one"]
         assert await unread.receive_some() == b"not read yet"
-    await theirs.aclose()
