@@ -362,13 +362,17 @@ class Muxer:
             sent = os.write(fd, data)
         except OSError:
             return False  # full, or broken: the writer waits, or reports the failure
-        self._last_flush = now
-        self._stats.bytes_sent += sent
+        self._sent(sent)
         if sent == len(data):
             data.clear()
             return True
         del data[:sent]
         return False
+
+    def _sent(self, count: int) -> None:
+        """``count`` bytes went to the transport just now (the quiet spell restarts)."""
+        self._stats.bytes_sent += count
+        self._last_flush = time.perf_counter()
 
     def _direct_sends_allowed(self) -> bool:
         """True if large sends may write the TCP socket from the sending task."""
@@ -392,24 +396,15 @@ class Muxer:
         assert sock is not None
         step = self._frame_size
         head = stream._data_head
-        prefixes: list[bytes] = []
-        pieces: list[memoryview] = []
-        parts: list[bytes | memoryview] = []
-        start = pos
         end = min(len(view), pos + _DIRECT_BATCH)
-        while start < end:
-            piece = view[start : start + step]
-            prefix = head + encode_uvarint(len(piece))
-            prefixes.append(prefix)
-            pieces.append(piece)
-            parts += (prefix, piece)
-            start += len(piece)
+        pieces = [view[start : start + step] for start in range(pos, end, step)]
+        prefixes = [head + encode_uvarint(len(piece)) for piece in pieces]
+        parts = [part for frame in zip(prefixes, pieces, strict=True) for part in frame]
         try:
             sent = os.writev(sock.fileno(), parts)
         except OSError:
             sent = 0  # full, or broken: the writer waits, or reports the failure
-        self._stats.bytes_sent += sent
-        self._last_flush = time.perf_counter()
+        self._sent(sent)
         frames = 0
         for prefix, piece in zip(prefixes, pieces, strict=True):
             size = len(prefix) + len(piece)
@@ -477,8 +472,7 @@ class Muxer:
                 return
             finally:
                 self._writing = False
-            self._stats.bytes_sent += len(data)
-            self._last_flush = time.perf_counter()
+            self._sent(len(data))
             if self._writable_lot:
                 self._writable_lot.unpark_all()
 
@@ -509,7 +503,7 @@ class Muxer:
             try:
                 data = await receive_some(_READ_SIZE)
             except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
-                self._fail(ConnectionLost("the transport failed while receiving"), cause=exc)
+                self._receive_failed(exc)
                 return
             if not self._consume(data):
                 return
@@ -539,7 +533,7 @@ class Muxer:
                 try:
                     await self._wait_socket(trio.lowlevel.wait_readable, sock)
                 except (trio.ClosedResourceError, OSError) as exc:
-                    self._fail(ConnectionLost("the transport failed while receiving"), cause=exc)
+                    self._receive_failed(exc)
                     return
                 finally:
                     self._reader_waiting = False
@@ -568,7 +562,7 @@ class Muxer:
         except BlockingIOError:
             return None
         except OSError as exc:
-            self._fail(ConnectionLost("the transport failed while receiving"), cause=exc)
+            self._receive_failed(exc)
             return b""
 
     async def _wait_socket(
@@ -646,7 +640,7 @@ class Muxer:
             if data is not None:
                 self._consume(data)
         except (trio.ClosedResourceError, OSError) as exc:
-            self._fail(ConnectionLost("the transport failed while receiving"), cause=exc)
+            self._receive_failed(exc)
         finally:
             self._borrower = None
             if self._reader_parked is not None:
@@ -684,6 +678,9 @@ class Muxer:
         finally:
             stats.frames_received = self._decoder.frames_decoded
         return True
+
+    def _receive_failed(self, exc: BaseException) -> None:
+        self._fail(ConnectionLost("the transport failed while receiving"), cause=exc)
 
     def _over_buffer_limits(self) -> bool:
         return bool(self._overfull) or self._buffered > self.config.max_connection_buffer

@@ -21,12 +21,15 @@ import enum
 __all__ = ["TRANSITIONS", "StreamEvent", "StreamState", "Verdict", "transition"]
 
 
-class StreamState(enum.Enum):
-    """Where a stream is in its life."""
+class _IdentityHashed(enum.Enum):
+    """An Enum hashed by identity (members are singletons): Enum's own ``__hash__`` is
+    Python code, run for every table lookup and state-set test on the per-frame paths."""
 
-    # Identity hashing (members are singletons): Enum's own __hash__ is Python code,
-    # run for every table lookup and state-set test on the per-frame paths.
     __hash__ = object.__hash__
+
+
+class StreamState(_IdentityHashed):
+    """Where a stream is in its life."""
 
     OPEN = "open"
     #: We sent Close; the peer may still send.
@@ -39,12 +42,8 @@ class StreamState(enum.Enum):
     RESET = "reset"
 
 
-class StreamEvent(enum.Enum):
+class StreamEvent(_IdentityHashed):
     """Something that happens to a stream."""
-
-    # Identity hashing (members are singletons): Enum's own __hash__ is Python code,
-    # run for every table lookup and state-set test on the per-frame paths.
-    __hash__ = object.__hash__
 
     SEND_DATA = "send-data"
     SEND_CLOSE = "send-close"
@@ -54,12 +53,8 @@ class StreamEvent(enum.Enum):
     RECV_RESET = "recv-reset"
 
 
-class Verdict(enum.Enum):
+class Verdict(_IdentityHashed):
     """What to do with an event (see the module docstring)."""
-
-    # Identity hashing (members are singletons): Enum's own __hash__ is Python code,
-    # run for every table lookup and state-set test on the per-frame paths.
-    __hash__ = object.__hash__
 
     OK = "ok"
     IGNORE = "ignore"
