@@ -185,7 +185,7 @@ EXPLANATIONS = {
         "Noise: with logging configured the library makes one (cached) isEnabledFor "
         "check per transport read or write, none per frame, and the two rows differ by "
         "less than either varies. This session's full runs gave 1.19x, 1.07x, 0.96x, "
-        "0.91x, 0.94x, 1.09x and 0.92x; the plain row alone ranged 0.72-0.82 s."
+        "0.91x, 0.94x, 1.09x, 0.92x and 0.94x; the plain row alone ranged 0.72-0.82 s."
     ),
     "32 B send_nowait vs py-libp2p (throughput)": (
         "Missed by about an eighth. py-libp2p runs here over a connection stand-in that "
@@ -198,7 +198,7 @@ EXPLANATIONS = {
     "32 B send_all vs js-libp2p (throughput)": (
         "trio requires send_all to be a checkpoint, and 3,276,800 bare checkpoints take "
         "most of the send_all time on their own (see the 'bare checkpoints' row). Across "
-        "this session's seven full runs our send_all took 16.4-19.2 s and js 38.6-42.3 s "
+        "this session's eight full runs our send_all took 16.4-19.2 s and js 38.6-42.3 s "
         "(2.20x-2.44x); use send_nowait for tiny messages."
     ),
     "32 B send_all time vs send_nowait + bare checkpoints": (
