@@ -95,6 +95,20 @@ class TestOneUnreadStream:
             assert muxer.stats.streams_reset_by_policy == 1
         assert peak[0] < config.max_stream_buffer + SLACK
 
+    async def test_reset_keeps_exactly_the_limit_when_the_crossing_frames_arrive_merged(self) -> None:
+        """Frames of one stream that arrive in one read are merged; the policy keeps
+        the bytes within the limit even when they came merged with the ones past it."""
+        config = mplex.Config(max_stream_buffer=250, slow_reader_policy="reset")
+        async with attacked(config) as (muxer, attacker):
+            body = bytes(range(100))
+            await attacker.send_all(frame(0, Flag.NEW_STREAM) + frame(0, Flag.MESSAGE_INITIATOR, body) * 10)
+            stream = await muxer.accept_stream()
+            got = b""
+            with pytest.raises(mplex.StreamReset):
+                while True:
+                    got += await stream.receive_some()
+            assert got == (body * 3)[:250]
+
 
 async def test_other_connections_keep_serving_while_one_is_flooded() -> None:
     async with attacked(BUDGET) as (flooded_muxer, attacker), attacked(mplex.Config()) as (other, peer):
