@@ -167,6 +167,7 @@ class Muxer:
         self._writer_lot = trio.lowlevel.ParkingLot()
         self._writer_parked = False
         self._idle_scope: trio.CancelScope | None = None
+        self._flush_at = _FLUSH_AT  # for the streams' inlined hot paths
         self._writing = False
         self._writable_lot = trio.lowlevel.ParkingLot()
         # A socket transport is read and written with os.read/os.write/os.writev on its

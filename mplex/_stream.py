@@ -120,7 +120,7 @@ class MplexStream(trio.abc.HalfCloseableStream):
             out += self._last_prefix
             out += data
             m._frames_queued += 1
-            if m._writer_parked or m._idle_scope is not None:
+            if m._writer_parked or (m._idle_scope is not None and len(out) >= m._flush_at):
                 m._queued(0)
             return
         if size <= m._frame_size:
@@ -156,15 +156,24 @@ class MplexStream(trio.abc.HalfCloseableStream):
             raise trio.BusyResourceError("another task is sending on this stream")
         self._send_busy = True
         try:
-            # trio's socket idiom: raise if already cancelled, queue, then yield without
-            # cancellation.  The writer is then scheduled in the same pass as our yield
-            # (one pass less latency than yielding first), and a cancelled call has
-            # queued nothing.
-            await trio.lowlevel.checkpoint_if_cancelled()
-            if not self._can_send:
-                await trio.lowlevel.cancel_shielded_checkpoint()
-                self._raise_send_error()
             m = self._muxer
+            if m._idle_scope is None:
+                # trio's socket idiom: raise if already cancelled, queue, then yield
+                # without cancellation.  The writer is then scheduled in the same pass
+                # as our yield (one pass less latency than yielding first), and a
+                # cancelled call has queued nothing.
+                await trio.lowlevel.checkpoint_if_cancelled()
+                yielded = False
+            else:
+                # The writer is gathering a busy program's frames until every task is
+                # blocked, so queuing after the yield delays nothing; one checkpoint
+                # costs a call less than the check and the yield apart.
+                await trio.lowlevel.checkpoint()
+                yielded = True
+            if not self._can_send:
+                if not yielded:
+                    await trio.lowlevel.cancel_shielded_checkpoint()
+                self._raise_send_error()
             out = m._outbuf
             size = len(data)
             if size == self._last_size and len(out) < m._high_water:
@@ -172,23 +181,24 @@ class MplexStream(trio.abc.HalfCloseableStream):
                 out += self._last_prefix
                 out += data
                 m._frames_queued += 1
-                if m._writer_parked or m._idle_scope is not None:
+                if m._writer_parked or (m._idle_scope is not None and len(out) >= m._flush_at):
                     m._queued(0)
-                await trio.lowlevel.cancel_shielded_checkpoint()
+                if not yielded:
+                    await trio.lowlevel.cancel_shielded_checkpoint()
                 return
             if size <= m._frame_size and len(out) < m._high_water:
                 if size:
                     self._append_frame(out, data, size)
-                await trio.lowlevel.cancel_shielded_checkpoint()
+                if not yielded:
+                    await trio.lowlevel.cancel_shielded_checkpoint()
                 return
-            yielded = False
             if size <= m._frame_size:  # one frame, but the buffer is at the mark
                 if size:
                     while len(m._outbuf) >= m._high_water:
                         yielded = await self._wait_for_writer()
                     self._append_frame(m._outbuf, data, size)
-            else:
-                yielded = await self._send_frames(memoryview(data).cast("B"))
+            elif await self._send_frames(memoryview(data).cast("B")):
+                yielded = True
             if not yielded:
                 await trio.lowlevel.cancel_shielded_checkpoint()
         finally:
