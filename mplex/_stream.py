@@ -43,6 +43,10 @@ __all__ = ["MplexStream"]
 _SENDABLE = frozenset({StreamState.OPEN, StreamState.REMOTE_CLOSED})
 _RECEIVABLE = frozenset({StreamState.OPEN, StreamState.LOCAL_CLOSED})
 Buffer = bytes | bytearray | memoryview
+# send_all's checkpoints, bound once: the 32-byte send_all loop calls them millions of times.
+_checkpoint = trio.lowlevel.checkpoint
+_checkpoint_if_cancelled = trio.lowlevel.checkpoint_if_cancelled
+_yield = trio.lowlevel.cancel_shielded_checkpoint
 
 
 @final
@@ -162,17 +166,17 @@ class MplexStream(trio.abc.HalfCloseableStream):
                 # without cancellation.  The writer is then scheduled in the same pass
                 # as our yield (one pass less latency than yielding first), and a
                 # cancelled call has queued nothing.
-                await trio.lowlevel.checkpoint_if_cancelled()
+                await _checkpoint_if_cancelled()
                 yielded = False
             else:
                 # The writer is gathering a busy program's frames until every task is
                 # blocked, so queuing after the yield delays nothing; one checkpoint
                 # costs a call less than the check and the yield apart.
-                await trio.lowlevel.checkpoint()
+                await _checkpoint()
                 yielded = True
             if not self._can_send:
                 if not yielded:
-                    await trio.lowlevel.cancel_shielded_checkpoint()
+                    await _yield()
                 self._raise_send_error()
             out = m._outbuf
             size = len(data)
@@ -184,13 +188,13 @@ class MplexStream(trio.abc.HalfCloseableStream):
                 if m._writer_parked or (m._idle_scope is not None and len(out) >= m._flush_at):
                     m._queued(0)
                 if not yielded:
-                    await trio.lowlevel.cancel_shielded_checkpoint()
+                    await _yield()
                 return
             if size <= m._frame_size and len(out) < m._high_water:
                 if size:
                     self._append_frame(out, data, size)
                 if not yielded:
-                    await trio.lowlevel.cancel_shielded_checkpoint()
+                    await _yield()
                 return
             if size <= m._frame_size:  # one frame, but the buffer is at the mark
                 if size:
@@ -200,7 +204,7 @@ class MplexStream(trio.abc.HalfCloseableStream):
             elif await self._send_frames(memoryview(data).cast("B")):
                 yielded = True
             if not yielded:
-                await trio.lowlevel.cancel_shielded_checkpoint()
+                await _yield()
         finally:
             self._send_busy = False
 
