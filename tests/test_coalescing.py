@@ -6,6 +6,7 @@ import itertools
 import os
 import socket
 
+import pytest
 import trio
 import trio.testing
 
@@ -324,3 +325,41 @@ async def test_a_large_send_all_is_a_checkpoint_even_with_room_to_queue() -> Non
             with trio.testing.assert_checkpoints():
                 await stream.send_all(b"x" * 100_000)
         await theirs.aclose()
+
+
+@pytest.mark.parametrize("writer", ["idle", "gathering"])
+async def test_a_send_all_cancelled_before_it_starts_queues_nothing(writer: str) -> None:
+    """send_all checks for cancellation before queuing whatever the writer is doing
+    (while it gathers a busy program's frames the check and the yield come first)."""
+    a, b = trio.testing.memory_stream_pair()
+    async with mplex.open_muxer(a) as muxer:
+        peer = RawPeer(b)
+        stream = await muxer.open_stream()
+        await settle()
+        sent: tuple[bytes, ...] = ()
+        if writer == "gathering":
+            stream.send_nowait(b"first")  # wakes the writer, whose write yields...
+            for _ in range(20):
+                await trio.lowlevel.checkpoint()
+                if muxer._writing:
+                    break
+            stream.send_nowait(b"second")  # ...so this piles up, and it gathers next
+            for _ in range(20):
+                await trio.lowlevel.checkpoint()
+                if muxer._idle_scope is not None:
+                    break
+            assert muxer._idle_scope is not None
+            sent = b"first", b"second"
+        with trio.CancelScope() as scope:
+            scope.cancel()
+            await stream.send_all(b"cancelled")
+        assert scope.cancelled_caught
+        await stream.send_all(b"after")
+        await stream.send_eof()
+        frames = await peer.receive_frames(len(sent) + 3)
+        assert [(f.flag, f.data) for f in frames] == [
+            (Flag.NEW_STREAM, b"0"),
+            *((Flag.MESSAGE_INITIATOR, data) for data in sent),
+            (Flag.MESSAGE_INITIATOR, b"after"),
+            (Flag.CLOSE_INITIATOR, b""),
+        ]
