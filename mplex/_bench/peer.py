@@ -282,6 +282,15 @@ async def case_reqresp(client: Client, args: argparse.Namespace) -> dict[str, An
     request = b"q" * 32
 
     async def worker() -> None:
+        if client.impl == "raw" and args.per_request:  # the request's own connection
+            for _ in range(args.count):
+                conn = await client.connect()
+                await conn.send_all(b"DE" + request)  # data connection, echo mode, request
+                await conn.send_eof()
+                if len(await read_to_eof(conn)) != 32:
+                    raise RuntimeError("short reply")
+                await conn.aclose()
+            return
         if client.impl == "raw":  # one persistent connection per worker
             stream = await client.stream(b"E")
             for _ in range(args.count):
@@ -430,6 +439,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--count", type=int, default=1000)
     parser.add_argument("--size", type=int, default=32)
     parser.add_argument("--streams", type=int, default=1)
+    parser.add_argument("--per-request", type=int, default=0, help="reqresp over raw TCP: a connection each")
     parser.add_argument("--ready-file")
     parser.add_argument("--log-level", help="configure logging at this level (cost of tracing checks)")
     args = parser.parse_args(argv)

@@ -129,6 +129,13 @@ def cases(quick: bool, only: set[str]) -> list[Case]:
                     "raw",
                     {"case": "reqresp", "streams": 100, "count": max(1, 50 // scale)},
                 ),
+                # Not a target's baseline: the other reading of "the same over raw
+                # connections", where each request opens and closes its own connection.
+                Run(
+                    "raw, a connection per request",
+                    "raw",
+                    {"case": "reqresp", "streams": 100, "count": max(1, 50 // scale), "per-request": 1},
+                ),
             ],
         ),
         Case(
