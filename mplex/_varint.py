@@ -8,7 +8,8 @@ spellings on the wire.
 
 Encoding goes through a precomputed table for values below 2**14, which covers every
 stream id below 2048 with its flag and every frame length up to 16 KiB: the common
-case costs one tuple index instead of a loop.
+case costs one tuple index instead of a loop; three-byte values (stream ids up to
+262,143) are built directly.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ MAX_VARINT_BYTES = 9
 MAX_VARINT_VALUE = 2**63 - 1
 
 _TABLE_LIMIT = 1 << 14
+_THREE_BYTES_LIMIT = 1 << 21
 
 
 def _encode_slow(value: int) -> bytes:
@@ -41,6 +43,9 @@ def encode_uvarint(value: int) -> bytes:
     """Return the minimal varint encoding of ``value`` (0 <= value < 2**63)."""
     if 0 <= value < _TABLE_LIMIT:
         return _TABLE[value]
+    if _TABLE_LIMIT <= value < _THREE_BYTES_LIMIT:
+        # Stream ids from 2048 on (a long-lived connection's): three bytes, no loop.
+        return bytes(((value & 0x7F) | 0x80, ((value >> 7) & 0x7F) | 0x80, value >> 14))
     if value < 0 or value > MAX_VARINT_VALUE:
         raise ValueError(f"varint value out of range: {value}")
     return _encode_slow(value)

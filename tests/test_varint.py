@@ -40,6 +40,11 @@ def test_encoding_matches_the_varint_package_for_any_value(value: int) -> None:
     assert decode_uvarint(encoded) == (value, len(encoded))
 
 
+@given(st.integers(min_value=2**14, max_value=2**21 - 1))
+def test_three_byte_encodings_match_the_varint_package(value: int) -> None:
+    assert encode_uvarint(value) == varint.encode(value)
+
+
 def test_every_table_entry_matches_the_varint_package() -> None:
     for value in range(1 << 14):
         assert encode_uvarint(value) == varint.encode(value)
