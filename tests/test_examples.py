@@ -23,9 +23,19 @@ def run(name: str, *args: str) -> str:
     return result.stdout
 
 
+def default_sigint() -> None:
+    """In the child: Ctrl-C's default disposition, whatever was inherited (a job
+    started in the background by a non-interactive shell ignores SIGINT, and so would
+    the server, which the test stops with SIGINT)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_echo_server_and_client() -> None:
     server = subprocess.Popen(
-        [sys.executable, str(EXAMPLES / "echo_server.py")], stdout=subprocess.PIPE, text=True
+        [sys.executable, str(EXAMPLES / "echo_server.py")],
+        stdout=subprocess.PIPE,
+        text=True,
+        preexec_fn=default_sigint,
     )
     try:
         assert server.stdout is not None
