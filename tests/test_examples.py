@@ -23,19 +23,22 @@ def run(name: str, *args: str) -> str:
     return result.stdout
 
 
-def default_sigint() -> None:
-    """In the child: Ctrl-C's default disposition, whatever was inherited (a job
-    started in the background by a non-interactive shell ignores SIGINT, and so would
-    the server, which the test stops with SIGINT)."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
+#: Runs an example with Ctrl-C's usual meaning, whatever SIGINT disposition was
+#: inherited: a job started in the background by a non-interactive shell ignores SIGINT,
+#: and so would the server, which the test stops with SIGINT.
+WITH_DEFAULT_SIGINT = (
+    "import runpy, signal, sys\n"
+    "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
+    "sys.argv = sys.argv[1:]\n"
+    "runpy.run_path(sys.argv[0], run_name='__main__')"
+)
 
 
 def test_echo_server_and_client() -> None:
     server = subprocess.Popen(
-        [sys.executable, str(EXAMPLES / "echo_server.py")],
+        [sys.executable, "-c", WITH_DEFAULT_SIGINT, str(EXAMPLES / "echo_server.py")],
         stdout=subprocess.PIPE,
         text=True,
-        preexec_fn=default_sigint,
     )
     try:
         assert server.stdout is not None
