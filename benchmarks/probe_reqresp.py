@@ -47,13 +47,23 @@ async def probe(impl: str) -> str:
         stdout=subprocess.PIPE,
         text=True,
     )
+    try:
+        return await probe_against(impl, server)
+    finally:
+        if server.poll() is None:  # we failed before telling it to stop
+            server.kill()
+            server.wait()
+
+
+async def probe_against(impl: str, server: subprocess.Popen[str]) -> str:
     assert server.stdout is not None
     client = peer.Client(impl, int(server.stdout.readline().split()[1]))
     requests = WORKERS * REQUESTS_EACH
-    args = argparse.Namespace(streams=WORKERS, count=REQUESTS_EACH)
+    args = argparse.Namespace(streams=WORKERS, count=REQUESTS_EACH, per_request=0)
 
     async def measure() -> str:
-        await peer.case_reqresp(client, argparse.Namespace(streams=WORKERS, count=5))  # warm up
+        warm_up = argparse.Namespace(streams=WORKERS, count=5, per_request=0)
+        await peer.case_reqresp(client, warm_up)
         server_before, client_before = process_cpu(server.pid), time.process_time()
         result = await peer.case_reqresp(client, args)
         client_cpu = time.process_time() - client_before
