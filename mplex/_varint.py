@@ -43,7 +43,7 @@ def encode_uvarint(value: int) -> bytes:
     """Return the minimal varint encoding of ``value`` (0 <= value < 2**63)."""
     if 0 <= value < _TABLE_LIMIT:
         return _TABLE[value]
-    if _TABLE_LIMIT <= value < _THREE_BYTES_LIMIT:
+    if 0 <= value < _THREE_BYTES_LIMIT:
         # Stream ids from 2048 on (a long-lived connection's): three bytes, no loop.
         return bytes(((value & 0x7F) | 0x80, ((value >> 7) & 0x7F) | 0x80, value >> 14))
     if value < 0 or value > MAX_VARINT_VALUE:
