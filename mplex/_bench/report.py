@@ -237,7 +237,7 @@ EXPLANATIONS = {
         "checkpoint), the client made 3.2 steps per request and CPU per request stayed at "
         "37-40 us (client) and 44-47 us (server). The row 'raw, a connection per request' "
         "is the same workload with a TCP connection in place of each stream, which mplex "
-        "outran by 2.65x and 2.87x in this session's runs. Meeting 1.0x would need a "
+        "outran by 2.65x-3.04x in this session's runs. Meeting 1.0x would need a "
         "whole stream to cost less than one send and one receive on an open connection."
     ),
     "latency p50 vs raw TCP": (
