@@ -1,9 +1,15 @@
 """An mplex echo server: every stream a client opens gets its bytes back.
 
 python examples/echo_server.py [PORT]      (default: a free port, printed)
+
+``mplex.serve_tcp`` runs a muxer per connection and ``echo`` per inbound stream.  A
+client that sends garbage, resets its streams or drops the connection ends only its
+own streams or connection; the server goes on serving everyone else.
 """
 
+import logging
 import sys
+from functools import partial
 
 import trio
 
@@ -11,23 +17,18 @@ import mplex
 
 
 async def echo(stream: mplex.MplexStream) -> None:
-    async with stream:
-        while data := await stream.receive_some():
-            await stream.send_all(data)
-
-
-async def serve_connection(transport: trio.SocketStream) -> None:
-    # One muxer per TCP connection; one task per stream, in this connection's nursery.
-    async with mplex.open_muxer(transport) as muxer, trio.open_nursery() as nursery:
-        async for stream in muxer:
-            nursery.start_soon(echo, stream)
+    # serve_tcp closes the stream when this returns (and resets it if this raises).
+    while data := await stream.receive_some():
+        await stream.send_all(data)
 
 
 async def main(port: int) -> None:
-    listeners = await trio.open_tcp_listeners(port, host="127.0.0.1")
-    print(f"listening on 127.0.0.1:{listeners[0].socket.getsockname()[1]}", flush=True)
-    await trio.serve_listeners(serve_connection, listeners)
+    async with trio.open_nursery() as nursery:
+        listeners = await nursery.start(partial(mplex.serve_tcp, echo, port, host="127.0.0.1"))
+        print(f"listening on 127.0.0.1:{listeners[0].socket.getsockname()[1]}", flush=True)
 
 
 if __name__ == "__main__":
+    # Why each connection ended, one line each (INFO for failures, DEBUG for the rest).
+    logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
     trio.run(main, int(sys.argv[1]) if len(sys.argv) > 1 else 0)

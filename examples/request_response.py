@@ -11,17 +11,11 @@ import mplex
 
 
 async def handle(stream: mplex.MplexStream) -> None:
-    async with stream:
-        request = b""
-        while data := await stream.receive_some():  # until the client's send_eof
-            request += data
-        await stream.send_all(request.upper())
-
-
-async def server(muxer: mplex.Muxer) -> None:
-    async with trio.open_nursery() as nursery:
-        async for stream in muxer:
-            nursery.start_soon(handle, stream)
+    request = b""
+    while data := await stream.receive_some():  # until the client's send_eof
+        request += data
+    await stream.send_all(request.upper())
+    # serve_connection closes the stream when the handler returns.
 
 
 async def request(muxer: mplex.Muxer, text: str, answers: dict[str, str]) -> None:
@@ -37,16 +31,14 @@ async def request(muxer: mplex.Muxer, text: str, answers: dict[str, str]) -> Non
 async def main() -> None:
     a, b = trio.testing.memory_stream_pair()  # any trio.abc.Stream works as a transport
     answers: dict[str, str] = {}
-    async with (
-        mplex.open_muxer(a) as client,
-        mplex.open_muxer(b) as served,
-        trio.open_nursery() as nursery,
-    ):
-        nursery.start_soon(server, served)
-        async with trio.open_nursery() as requests:
+    async with trio.open_nursery() as nursery:
+        # The server's side: a muxer over b, and handle() for every stream the client
+        # opens, until the connection ends.
+        nursery.start_soon(mplex.serve_connection, b, handle)
+        async with mplex.open_muxer(a) as client, trio.open_nursery() as requests:
             for n in range(10):
                 requests.start_soon(request, client, f"request {n}", answers)
-        nursery.cancel_scope.cancel()
+        # Closing the client's muxer ends the connection, and serve_connection returns.
     for text in sorted(answers):
         print(f"{text} -> {answers[text]}")
 

@@ -6,9 +6,10 @@ quick echo.  Per policy:
 
 * "block": the muxer stops reading the connection until A's reader catches up.
   Nothing is lost; B waits behind A (mplex's head-of-line blocking).
-* "reset": A is reset as soon as it is too far behind; B is unaffected.
+* "reset": A is reset as soon as it is too far behind, and its unread data is freed
+  (so its reader, back after 0.6 s, gets the reset at once); B is unaffected.
 * "block-then-reset": like "block" for slow_reader_timeout (0.3 s here), then A is
-  reset; its reader still gets what had arrived, and B goes on.
+  reset and its unread data freed, and B goes on.
 """
 
 import trio

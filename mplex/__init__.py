@@ -28,6 +28,8 @@ from ._codec import Frame as Frame
 from ._config import Config as Config
 from ._config import SlowReaderPolicy as SlowReaderPolicy
 from ._errors import ConnectionLost as ConnectionLost
+from ._errors import EndReason as EndReason
+from ._errors import MuxerClosed as MuxerClosed
 from ._errors import StreamReset as StreamReset
 from ._exceptions import FrameTooLargeError as FrameTooLargeError
 from ._exceptions import InvalidVarintError as InvalidVarintError
@@ -45,6 +47,10 @@ from ._muxer import MuxerStats as MuxerStats
 from ._muxer import open_muxer as open_muxer
 from ._negotiation import accept_protocol as accept_protocol
 from ._negotiation import select_protocol as select_protocol
+from ._serve import StreamHandler as StreamHandler
+from ._serve import serve_connection as serve_connection
+from ._serve import serve_listeners as serve_listeners
+from ._serve import serve_tcp as serve_tcp
 from ._stream import MplexStream as MplexStream
 from ._varint import decode_uvarint as decode_uvarint
 from ._varint import encode_uvarint as encode_uvarint
@@ -62,6 +68,7 @@ __all__ = [
     "Decoder",
     "DialerNegotiation",
     "Encoder",
+    "EndReason",
     "Flag",
     "Frame",
     "FrameTooLargeError",
@@ -70,11 +77,13 @@ __all__ = [
     "MplexError",
     "MplexStream",
     "Muxer",
+    "MuxerClosed",
     "MuxerStats",
     "NegotiationError",
     "ProtocolError",
     "ProtocolNotSupportedError",
     "SlowReaderPolicy",
+    "StreamHandler",
     "StreamReset",
     "UnknownFlagError",
     "__version__",
@@ -83,4 +92,20 @@ __all__ = [
     "encode_uvarint",
     "open_muxer",
     "select_protocol",
+    "serve_connection",
+    "serve_listeners",
+    "serve_tcp",
 ]
+
+
+def _show_public_names_as_mplex() -> None:
+    """Tracebacks and reprs say ``mplex.StreamReset``, not the private module it is
+    defined in (as trio does for its own names)."""
+    for name in __all__:
+        value = globals()[name]
+        if isinstance(value, type) or callable(value):
+            if getattr(value, "__module__", "").startswith("mplex."):
+                value.__module__ = "mplex"
+
+
+_show_public_names_as_mplex()

@@ -8,6 +8,7 @@ not in the middle of a transfer.
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Literal
 
 from ._codec import MAX_MESSAGE_SIZE
@@ -40,7 +41,8 @@ class Config:
       ``max_resets_received``: abuse budgets per sliding window (10 s; 1,000; 1,000;
       10,000); going over one closes the connection with a ``ProtocolError``.
 
-    Raises ``ValueError`` when a value is out of range.
+    Raises ``TypeError`` when a value has the wrong type (integer fields take ``int``
+    only) and ``ValueError`` when it is out of range; the message names the field.
     """
 
     #: Largest frame body accepted.  A frame declaring more is a protocol error that
@@ -78,10 +80,13 @@ class Config:
     slow_reader_timeout: float = 5.0
 
     #: Streams the peer may have open at once; a NewStream beyond it is answered with
-    #: a Reset of that stream only.  1024 matches js-libp2p's historical default.
+    #: a Reset of that stream only.  1024 matches js-libp2p's historical default.  0
+    #: refuses every inbound stream (a program that only dials).
     max_inbound_streams: int = 1024
 
     #: Streams we may have open at once; ``open_stream`` waits for a slot beyond it.
+    #: A stream holds its slot until this side closes or resets it (or it ends): a
+    #: peer that never closes its side cannot starve ``open_stream``.
     max_outbound_streams: int = 1024
 
     #: Inbound streams that may wait for ``accept_stream``; a NewStream beyond it is
@@ -119,22 +124,38 @@ class Config:
     max_resets_received: int = 10_000
 
     def __post_init__(self) -> None:
-        def positive(name: str, value: float) -> None:
-            if not value > 0:
-                raise ValueError(f"Config.{name} must be positive, got {value!r}")
-
         for field in dataclasses.fields(self):
-            value = getattr(self, field.name)
             if field.name != "slow_reader_policy":
-                positive(field.name, value)
+                _check_number(field.name, field.type, getattr(self, field.name))
         if self.max_send_frame_size > MAX_MESSAGE_SIZE:
             raise ValueError(
                 f"Config.max_send_frame_size must be at most {MAX_MESSAGE_SIZE} (1 MiB), "
                 f"the largest frame every peer accepts; got {self.max_send_frame_size}"
             )
-        if self.slow_reader_policy not in _POLICIES:
+        if not isinstance(self.slow_reader_policy, str) or self.slow_reader_policy not in _POLICIES:
             raise ValueError(
                 f"Config.slow_reader_policy must be one of {_POLICIES}, got {self.slow_reader_policy!r}"
             )
         if self.max_connection_buffer < self.max_stream_buffer:
             raise ValueError("Config.max_connection_buffer must be >= max_stream_buffer")
+
+
+#: Fields that may be 0: a program that refuses every inbound stream.
+_MAY_BE_ZERO = frozenset({"max_inbound_streams"})
+
+
+def _check_number(name: str, kind: object, value: object) -> None:
+    """Integer fields take an ``int`` (not a bool), the others a finite real number;
+    all are positive (or, for the fields in ``_MAY_BE_ZERO``, non-negative)."""
+    if kind in ("int", int):
+        if type(value) is bool or not isinstance(value, int):
+            raise TypeError(f"Config.{name} must be an int, got {value!r} ({type(value).__name__})")
+    elif type(value) is bool or not isinstance(value, int | float):
+        raise TypeError(f"Config.{name} must be a number of seconds, got {value!r} ({type(value).__name__})")
+    elif not math.isfinite(value):
+        raise ValueError(f"Config.{name} must be finite, got {value!r}")
+    if name in _MAY_BE_ZERO:
+        if value < 0:
+            raise ValueError(f"Config.{name} must be 0 or more, got {value!r}")
+    elif not value > 0:
+        raise ValueError(f"Config.{name} must be positive, got {value!r}")

@@ -1,17 +1,35 @@
-"""Errors of the trio layer: why a stream stopped working.
+"""Errors of the trio layer: why a stream or a connection stopped working.
 
-Both derive from ``trio.BrokenResourceError``, so code written against trio's stream
-contract handles them without knowing mplex, and from ``MplexError``, so code that
-does know mplex can tell a peer's reset from a lost connection.
+``StreamReset`` and ``ConnectionLost`` derive from ``trio.BrokenResourceError`` (the
+peer or the transport failed), ``MuxerClosed`` from ``trio.ClosedResourceError`` (this
+program closed the muxer), so code written against trio's stream contract handles them
+without knowing mplex; all three also derive from ``MplexError``, so code that does know
+mplex can tell them apart.  ``EndReason`` names the four ways a connection ends.
 """
 
 from __future__ import annotations
+
+import enum
 
 import trio
 
 from ._exceptions import MplexError
 
-__all__ = ["ConnectionLost", "StreamReset"]
+__all__ = ["ConnectionLost", "EndReason", "MuxerClosed", "StreamReset"]
+
+
+class EndReason(enum.Enum):
+    """Why a connection ended: ``Muxer.end_reason`` and the errors' ``reason``."""
+
+    #: The peer ended its side of the transport cleanly (end of input).
+    PEER_CLOSED = "peer-closed"
+    #: The transport failed (reset, broken pipe, a TLS error, ...): see ``__cause__``.
+    TRANSPORT_FAILED = "transport-failed"
+    #: The peer broke the mplex protocol or an abuse budget: ``__cause__`` is the
+    #: ``ProtocolError``.
+    PROTOCOL_ERROR = "protocol-error"
+    #: This program ended it: ``Muxer.aclose()``, or ``run()`` was cancelled.
+    CLOSED = "closed"
 
 
 class StreamReset(trio.BrokenResourceError, MplexError):
@@ -28,5 +46,20 @@ class StreamReset(trio.BrokenResourceError, MplexError):
 
 
 class ConnectionLost(trio.BrokenResourceError, MplexError):
-    """The connection under the stream ended: the transport failed or closed, the peer
-    broke the protocol, or the muxer was closed.  ``__cause__`` holds the detail."""
+    """The connection under the stream ended without this program closing it.
+
+    ``reason`` is an ``EndReason`` (the peer hung up, the transport failed, or the peer
+    broke the protocol); ``__cause__`` holds the transport error or ``ProtocolError``,
+    and is None for a clean end of input.
+    """
+
+    def __init__(self, message: str, *, reason: EndReason = EndReason.TRANSPORT_FAILED) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+class MuxerClosed(trio.ClosedResourceError, MplexError):
+    """This program closed the muxer under the stream (``Muxer.aclose()``, or its
+    ``run()`` was cancelled).  ``reason`` is always ``EndReason.CLOSED``."""
+
+    reason = EndReason.CLOSED

@@ -198,6 +198,19 @@ class _Negotiation:
         raise NotImplementedError
 
 
+def protocol_list(protocols: str | Sequence[str]) -> list[str]:
+    """``protocols`` as a list of ids: one ``str`` is one id (never its characters)."""
+    if isinstance(protocols, str):
+        return [protocols]
+    if isinstance(protocols, bytes | bytearray | memoryview):
+        raise TypeError("protocol ids are str, not bytes")
+    ids = list(protocols)
+    for protocol in ids:
+        if not isinstance(protocol, str):
+            raise TypeError(f"a protocol id is a str, not {type(protocol).__name__}: {protocol!r}")
+    return ids
+
+
 class DialerNegotiation(_Negotiation):
     """The side that proposes protocols, in order of preference.
 
@@ -205,11 +218,11 @@ class DialerNegotiation(_Negotiation):
     successful negotiation costs one round trip.
     """
 
-    def __init__(self, protocols: Sequence[str]) -> None:
+    def __init__(self, protocols: str | Sequence[str]) -> None:
         super().__init__()
-        if not protocols:
+        self.protocols = protocol_list(protocols)
+        if not self.protocols:
             raise ValueError("propose at least one protocol")
-        self.protocols = list(protocols)
         for protocol in self.protocols:
             encode_message(protocol)  # reject an unsendable id before anything is sent
         self._index = 0
@@ -235,9 +248,11 @@ class ListenerNegotiation(_Negotiation):
     all accept that order, and it saves the dialer a wait.
     """
 
-    def __init__(self, protocols: Sequence[str], *, max_proposals: int = MAX_PROPOSALS) -> None:
+    def __init__(self, protocols: str | Sequence[str], *, max_proposals: int = MAX_PROPOSALS) -> None:
         super().__init__()
-        self.protocols = list(protocols)
+        self.protocols = protocol_list(protocols)
+        for protocol in self.protocols:
+            encode_message(protocol)  # an id we could never send back is a mistake here
         self.max_proposals = max_proposals
         self._proposals = 0
         self._outgoing += encode_message(MULTISTREAM_PROTOCOL_ID)

@@ -63,7 +63,7 @@ import os
 import time
 from collections import OrderedDict, deque
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import final
+from typing import Any, final
 
 import trio
 from trio.testing import wait_all_tasks_blocked
@@ -71,14 +71,14 @@ from trio.testing import wait_all_tasks_blocked
 from ._budget import SlidingBudget
 from ._codec import MAX_MESSAGE_SIZE, MAX_STREAM_ID, Decoder, Flag, RawFrame
 from ._config import Config
-from ._errors import ConnectionLost
+from ._errors import ConnectionLost, EndReason, MuxerClosed
 from ._exceptions import MplexError, ProtocolError
+from ._logging import ConnectionLog, connection_label, describe, logger
 from ._stream import MplexStream
 from ._varint import encode_uvarint
 
 __all__ = ["Muxer", "MuxerStats", "open_muxer"]
 
-logger = logging.getLogger("mplex")
 
 #: Bytes requested per transport read.  Large enough that thousands of small frames
 #: are decoded per wake-up, small enough to keep the unparsed input bounded.
@@ -104,11 +104,13 @@ _PRIME_BLOCK = 2 * 1024 * 1024
 _POSIX_SOCKETS = os.name == "posix" and hasattr(os, "writev")
 
 _RUNNING, _CLOSED, _BROKEN = "running", "closed", "broken"
+#: Ends logged at DEBUG; the others (a failed transport, a broken protocol) at INFO.
+_ORDINARY_ENDS = frozenset({EndReason.PEER_CLOSED, EndReason.CLOSED})
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
 class MuxerStats:
-    """Counters of one muxer, for monitoring.  Read them any time."""
+    """A read-only snapshot of one muxer's counters (``Muxer.stats``), for monitoring."""
 
     bytes_sent: int = 0
     bytes_received: int = 0
@@ -120,13 +122,57 @@ class MuxerStats:
     streams_refused: int = 0
     resets_sent: int = 0
     resets_received: int = 0
-    #: Streams we reset because their reader fell behind (the slow-reader policy).
+    #: Streams we reset because their reader fell behind (the slow-reader policy),
+    #: or because nobody accepted them while their data piled up.
     streams_reset_by_policy: int = 0
     #: Frames for streams that are unknown or already finished, dropped.  Adjacent
     #: Message frames of one stream that arrive together are merged and count once.
     frames_dropped: int = 0
-    #: Seconds the reader spent not reading because readers fell behind.
+    #: Seconds the reader spent not reading because readers fell behind, including
+    #: a stall still going on when the snapshot was taken.
     reader_blocked_seconds: float = 0.0
+    # Gauges: the connection's state when the snapshot was taken.
+    #: Streams the peer opened that are still in our table (accepted or not).
+    inbound_streams: int = 0
+    #: Our streams holding a ``max_outbound_streams`` slot.
+    outbound_streams: int = 0
+    #: Inbound streams waiting for ``accept_stream``.
+    streams_waiting: int = 0
+    #: Received bytes no stream has read yet (what ``max_connection_buffer`` bounds).
+    unread_bytes: int = 0
+    #: Bytes queued for the transport (what ``send_high_water`` bounds).
+    queued_bytes: int = 0
+
+
+class _Counters:
+    """The muxer's live counters (mutable, private); ``MuxerStats`` is their snapshot."""
+
+    def __init__(self) -> None:
+        self.bytes_sent = 0
+        self.bytes_received = 0
+        self.streams_opened = 0
+        self.streams_accepted = 0
+        self.streams_refused = 0
+        self.resets_sent = 0
+        self.resets_received = 0
+        self.streams_reset_by_policy = 0
+        self.frames_dropped = 0
+        self.reader_blocked_seconds = 0.0
+
+    def snapshot(self, **elsewhere: Any) -> MuxerStats:
+        """A frozen copy, with the counters and gauges that live elsewhere passed in."""
+        return MuxerStats(
+            **elsewhere,
+            bytes_sent=self.bytes_sent,
+            bytes_received=self.bytes_received,
+            streams_opened=self.streams_opened,
+            streams_accepted=self.streams_accepted,
+            streams_refused=self.streams_refused,
+            resets_sent=self.resets_sent,
+            resets_received=self.resets_received,
+            streams_reset_by_policy=self.streams_reset_by_policy,
+            frames_dropped=self.frames_dropped,
+        )
 
 
 @final
@@ -140,7 +186,7 @@ class Muxer:
 
     def __init__(self, transport_stream: trio.abc.Stream, config: Config | None = None) -> None:
         self.config = config if config is not None else Config()
-        self._stats = MuxerStats()
+        self._stats = _Counters()
         # Frames queued, counted here rather than in _stats: one increment on the
         # send_nowait fast path instead of two attribute hops.
         self._frames_queued = 0
@@ -157,7 +203,7 @@ class Muxer:
         self._reset_budget = SlidingBudget("max_resets_received", self.config.max_resets_received, window)
         self._tombstones: OrderedDict[int, None] = OrderedDict()
         self._next_id = 0
-        self._outbound = 0
+        self._slots: set[int] = set()  # keys of our streams that hold an outbound slot
         self._inbound = 0
         self._backlog: deque[MplexStream] = deque()
         self._accept_lot = trio.lowlevel.ParkingLot()
@@ -178,6 +224,9 @@ class Muxer:
         if isinstance(transport_stream, trio.SocketStream) and _POSIX_SOCKETS:
             self._direct_socket = transport_stream.socket
         self._last_flush = 0.0
+        # Bytes at the start of _outbuf that finish a frame begun by a direct write
+        # (-1: not known), so that tracing never parses what is not a frame.
+        self._trace_skip = 0
         # Reader side.
         self._buffered = 0
         self._overfull: set[MplexStream] = set()
@@ -193,25 +242,56 @@ class Muxer:
         # Lifecycle.
         self._started = False
         self._state = _RUNNING
-        self._error: BaseException | None = None
-        self._clean_end = False
+        self._error: ConnectionLost | MuxerClosed | None = None
         self._run_scope: trio.CancelScope | None = None
+        self._own_run: contextlib.AbstractAsyncContextManager[Muxer] | None = None
+        self._blocked_since: float | None = None
+        #: A label for this connection in log lines: a sequence number and, when the
+        #: transport is a socket (or TLS over one), the peer's address.
+        self.name = connection_label(transport_stream)
+        self._log = ConnectionLog(self.name)
 
     # -- lifecycle -------------------------------------------------------------------------
 
     @property
     def stats(self) -> MuxerStats:
-        """Counters of this connection (live: read them any time)."""
-        self._stats.frames_sent = self._frames_queued
-        return self._stats
+        """A read-only snapshot of this connection's counters (take a new one any time)."""
+        blocked = self._stats.reader_blocked_seconds
+        if self._blocked_since is not None:
+            blocked += trio.current_time() - self._blocked_since
+        return self._stats.snapshot(
+            frames_sent=self._frames_queued,
+            frames_received=self._decoder.frames_decoded,
+            reader_blocked_seconds=blocked,
+            inbound_streams=self._inbound,
+            outbound_streams=len(self._slots),
+            streams_waiting=len(self._backlog),
+            unread_bytes=self._buffered,
+            queued_bytes=len(self._outbuf),
+        )
+
+    @property
+    def end_reason(self) -> EndReason | None:
+        """Why the connection ended (an ``EndReason``), or None while it runs."""
+        return None if self._error is None else self._error.reason
+
+    @property
+    def end_error(self) -> ConnectionLost | MuxerClosed | None:
+        """The error the connection's streams got when it ended, or None while it runs.
+
+        A ``ConnectionLost`` (its ``__cause__`` is the transport error or the
+        ``ProtocolError``, None for the peer's clean end of input) or a ``MuxerClosed``.
+        """
+        return self._error
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Run the reader and writer until the connection ends.
 
         Use as ``await nursery.start(muxer.run)``.  Returns normally however the
         connection ends (peer EOF, transport error, protocol error, ``aclose()``):
-        the reason is logged and delivered to every stream; it never crashes the
-        caller's nursery.  On cancellation it closes the connection and re-raises.
+        the reason is logged, kept in ``end_reason`` and ``end_error``, and delivered
+        to every stream; it never crashes the caller's nursery.  On cancellation it
+        closes the connection and re-raises.
         """
         if self._started:
             raise RuntimeError("Muxer.run() was already called")
@@ -225,14 +305,17 @@ class Muxer:
                 task_status.started()
         finally:
             if self._state is _RUNNING:
-                self._fail(ConnectionLost("the muxer's run() task was cancelled"))
+                self._fail(MuxerClosed("the muxer's run() was cancelled"), final_state=_CLOSED)
             await trio.aclose_forcefully(self._transport)
+            # Remote causes at INFO, never WARNING: see mplex._logging.
+            level = logging.DEBUG if self.end_reason in _ORDINARY_ENDS else logging.INFO
+            self._log.log(level, "connection ended: %s", describe(self._error))
 
     async def aclose(self) -> None:
         """Flush queued frames, close the transport, and end every stream.
 
-        Streams still open get ``ConnectionLost``.  Closes even when cancelled
-        (skipping the flush).  Idempotent.
+        Streams still open get ``MuxerClosed`` (a ``trio.ClosedResourceError``).
+        Closes even when cancelled (skipping the flush).  Idempotent.
         """
         if self._state is not _RUNNING:
             await trio.lowlevel.checkpoint()
@@ -245,51 +328,71 @@ class Muxer:
                 while (self._outbuf or self._writing) and self._state is _RUNNING:
                     await self._writable_lot.park()
         finally:
-            self._clean_end = True
-            self._fail(ConnectionLost("the muxer was closed"), final_state=_CLOSED)
+            self._fail(MuxerClosed("the muxer was closed"), final_state=_CLOSED)
             await trio.aclose_forcefully(self._transport)
 
     async def __aenter__(self) -> Muxer:
-        """``async with muxer:`` closes it on exit (it must already be running)."""
+        """``async with Muxer(transport) as muxer:`` runs it for the block, like
+        ``open_muxer``; a muxer already running is just closed on exit."""
+        if not self._started and self._state is _RUNNING:
+            self._own_run = open_running(self)
+            await self._own_run.__aenter__()
         return self
 
-    async def __aexit__(self, *exc_info: object) -> None:
+    async def __aexit__(self, *exc_info: Any) -> bool | None:
         """Close the muxer: see ``aclose``."""
+        own, self._own_run = self._own_run, None
+        if own is not None:
+            return await own.__aexit__(*exc_info)
         await self.aclose()
+        return None
 
     @property
     def closed(self) -> bool:
         """True once the connection has ended, for whatever reason."""
         return self._state is not _RUNNING
 
+    def _check_started(self) -> None:
+        if not self._started and self._state is _RUNNING:
+            raise RuntimeError(
+                "this Muxer is not running: use `async with mplex.open_muxer(transport)`, "
+                "`async with mplex.Muxer(transport)`, or `await nursery.start(muxer.run)`"
+            )
+
     # -- streams ---------------------------------------------------------------------------
 
     async def open_stream(self, name: str | bytes | None = None) -> MplexStream:
         """Open a new stream; ``name`` is sent to the peer (default: the stream number).
 
-        Waits while ``Config.max_outbound_streams`` of our streams are open.
+        Waits while ``Config.max_outbound_streams`` of our streams are open (a stream
+        stops counting once this side has closed or reset it).
         """
+        if name is None:
+            raw = None
+        elif isinstance(name, str):
+            raw = name.encode()
+        elif isinstance(name, bytes):
+            raw = bytes(name)
+        else:
+            raise TypeError(f"a stream name is str, bytes or None, not {type(name).__name__}")
+        if raw is not None and len(raw) > MAX_MESSAGE_SIZE:
+            raise ValueError(f"a stream name must fit one frame ({MAX_MESSAGE_SIZE} bytes)")
+        self._check_started()
         await trio.lowlevel.checkpoint()
         while True:
             self._check_usable()
-            if self._outbound < self.config.max_outbound_streams:
+            if len(self._slots) < self.config.max_outbound_streams:
                 break
             await self._slot_lot.park()
         stream_id = self._next_id
         if stream_id > MAX_STREAM_ID:
             raise MplexError("all 2**60 stream ids of this connection are used up")
-        if name is None:
+        if raw is None:
             raw = str(stream_id).encode()
-        elif isinstance(name, str):
-            raw = name.encode()
-        else:
-            raw = bytes(name)
-        if len(raw) > MAX_MESSAGE_SIZE:
-            raise ValueError(f"a stream name must fit one frame ({MAX_MESSAGE_SIZE} bytes)")
         self._next_id = stream_id + 1
         stream = MplexStream(self, stream_id, raw, is_initiator=True)
         self._streams[stream._key] = stream
-        self._outbound += 1
+        self._slots.add(stream._key)
         self._stats.streams_opened += 1
         self._queue_control(stream_id, Flag.NEW_STREAM, raw)
         return stream
@@ -298,9 +401,11 @@ class Muxer:
         """Wait for the next stream the peer opens.
 
         Streams that arrived before the connection ended are still handed out; after
-        that it raises ``trio.ClosedResourceError`` (we closed the muxer) or
-        ``ConnectionLost`` (a ``trio.BrokenResourceError``) carrying the reason.
+        that it raises ``MuxerClosed`` (a ``trio.ClosedResourceError``: we closed the
+        muxer) or ``ConnectionLost`` (a ``trio.BrokenResourceError``) carrying the
+        reason.  ``async for stream in muxer`` instead simply ends.
         """
+        self._check_started()
         if self._backlog:
             await trio.lowlevel.checkpoint()
         while not self._backlog:
@@ -312,27 +417,27 @@ class Muxer:
         return self._backlog.popleft()
 
     def __aiter__(self) -> AsyncIterator[MplexStream]:
-        """``async for stream in muxer``: inbound streams until the peer hangs up."""
+        """``async for stream in muxer``: inbound streams until the connection ends."""
         return self
 
     async def __anext__(self) -> MplexStream:
-        """Inbound streams, until the connection ends cleanly; errors are raised."""
+        """The next inbound stream; the iteration ends when the connection does, for
+        whatever reason (``end_reason`` and ``end_error`` then say why)."""
         try:
             return await self.accept_stream()
-        except (trio.ClosedResourceError, ConnectionLost):
-            if self._clean_end:
-                raise StopAsyncIteration from None
-            raise
+        except (MuxerClosed, ConnectionLost):
+            raise StopAsyncIteration from None
 
     def _check_usable(self) -> None:
         if self._state is not _RUNNING:
             self._raise_ended()
 
     def _raise_ended(self) -> None:
-        if self._state is _CLOSED:
-            raise trio.ClosedResourceError("the muxer was closed")
-        cause = self._error.__cause__ if self._error is not None else None
-        raise ConnectionLost(str(self._error)) from cause
+        error = self._error
+        assert error is not None
+        if isinstance(error, MuxerClosed):
+            raise MuxerClosed(str(error))
+        raise ConnectionLost(str(error), reason=error.reason) from error.__cause__
 
     # -- writer ----------------------------------------------------------------------------
 
@@ -370,8 +475,11 @@ class Muxer:
         self._sent(sent)
         if sent == len(data):
             data.clear()
+            self._trace_skip = 0
             return True
-        del data[:sent]
+        if sent:
+            del data[:sent]
+            self._trace_skip = -1  # the buffer now starts inside some frame
         return False
 
     def _sent(self, count: int) -> None:
@@ -419,11 +527,16 @@ class Muxer:
                 sent -= size
                 continue
             out = self._outbuf  # the rest of this frame, for the writer
-            if sent < len(prefix):
-                out += prefix[sent:]
-                out += piece
+            if sent:
+                if sent < len(prefix):
+                    out += prefix[sent:]
+                    out += piece
+                else:
+                    out += piece[sent - len(prefix) :]
+                self._trace_skip = len(out)  # a frame's tail, not a frame
             else:
-                out += piece[sent - len(prefix) :]
+                out += prefix
+                out += piece
             break
         if self._outbuf:
             self._queued(frames)
@@ -467,12 +580,13 @@ class Muxer:
                 self._idle_scope = None
             data = self._outbuf
             self._outbuf = bytearray()
+            skip, self._trace_skip = self._trace_skip, 0
             if logger.isEnabledFor(logging.DEBUG):  # one check per write, none per frame
-                trace("send", Decoder().feed_raw(data))
+                self._trace_sent(data, skip)
             self._writing = True
             try:
                 await send_all(data)
-            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+            except Exception as exc:  # any failure of any transport: the connection is lost
                 self._fail(ConnectionLost("the transport failed while sending"), cause=exc)
                 return
             finally:
@@ -480,6 +594,29 @@ class Muxer:
             self._sent(len(data))
             if self._writable_lot:
                 self._writable_lot.unpark_all()
+
+    def _trace(self, direction: str, frames: list[RawFrame]) -> None:
+        """Log frames at DEBUG (received Message frames of one stream arrive merged)."""
+        for header, body in frames:
+            flag = header & 7
+            name = Flag(flag).name if flag != 7 else "flag 7"
+            side = "acceptor" if flag & 1 else "opener"
+            self._log.debug("%s stream %d (%s) %s %d bytes", direction, header >> 3, side, name, len(body))
+
+    def _trace_sent(self, data: bytearray, skip: int) -> None:
+        """Trace the frames in ``data`` after its first ``skip`` bytes (the rest of a
+        frame that a direct write began; -1: not known).  Never raises: the muxer's
+        writer must not fail because of its own logging."""
+        try:
+            if skip < 0:
+                self._log.debug("send %d bytes (resuming frames written directly)", len(data))
+                return
+            if skip:
+                self._log.debug("send %d bytes (the rest of a frame written directly)", skip)
+            decoder = Decoder(MAX_MESSAGE_SIZE)
+            self._trace("send", decoder.feed_raw(memoryview(data)[skip:]))
+        except Exception as exc:
+            self._log.debug("send %d bytes (not traced: %r)", len(data), exc)
 
     async def _send_to_socket(self, data: bytes | bytearray | memoryview) -> None:
         """``SocketStream.send_all`` of ``data``, through ``_wake_socket_waiters``."""
@@ -507,7 +644,7 @@ class Muxer:
         while True:
             try:
                 data = await receive_some(_READ_SIZE)
-            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+            except Exception as exc:  # any failure of any transport: the connection is lost
                 self._receive_failed(exc)
                 return
             if not self._consume(data):
@@ -662,8 +799,7 @@ class Muxer:
         if self._state is not _RUNNING:
             return False
         if not data:
-            self._clean_end = True
-            self._fail(ConnectionLost("the peer closed the connection"))
+            self._fail(ConnectionLost("the peer closed the connection", reason=EndReason.PEER_CLOSED))
             return False
         stats = self._stats
         stats.bytes_received += len(data)
@@ -674,14 +810,14 @@ class Muxer:
                 self._dispatch(exc.decoded)
                 raise
             if logger.isEnabledFor(logging.DEBUG):  # one check per read, none per frame
-                trace("recv", frames)
+                self._trace("recv", frames)
             self._dispatch(frames)
         except ProtocolError as exc:
-            logger.warning("mplex: closing the connection: %s", exc)
-            self._fail(ConnectionLost(f"the peer broke the mplex protocol: {exc}"), cause=exc)
+            self._fail(
+                ConnectionLost(f"the peer broke the mplex protocol: {exc}", reason=EndReason.PROTOCOL_ERROR),
+                cause=exc,
+            )
             return False
-        finally:
-            stats.frames_received = self._decoder.frames_decoded
         return True
 
     def _receive_failed(self, exc: BaseException) -> None:
@@ -701,7 +837,7 @@ class Muxer:
                     stream._deliver(body)
                     self._buffered += len(body)
                     if stream._buffered > cap:
-                        self._overflowed(stream, len(body))
+                        self._overflowed(stream)
                 elif stream is not None and stream._closed_locally:
                     stream._on_late_data()
                 else:
@@ -753,19 +889,25 @@ class Muxer:
 
     # -- memory and the slow-reader policy -------------------------------------------------
 
-    def _overflowed(self, stream: MplexStream, size: int) -> None:
-        if self.config.slow_reader_policy == "reset":
-            # Keep exactly the limit's worth; drop the rest of the data that crossed it
-            # (before it the stream was within the limit: this policy never lets it over).
-            excess = stream._buffered - self.config.max_stream_buffer
-            last = stream._chunks.pop()
-            if excess < size:
-                stream._chunks.append(last[: size - excess])
-            stream._buffered -= excess
-            self._buffered -= excess
-            stream._reset_for_overflow()
+    def _overflowed(self, stream: MplexStream) -> None:
+        """``stream`` holds more than ``Config.max_stream_buffer`` unread bytes."""
+        if self.config.slow_reader_policy == "reset" or self._unaccepted(stream):
+            # Nobody is there to read a stream still waiting to be accepted: blocking
+            # for it would stall every stream the program does read.
+            self._reset_by_policy(stream)
         else:
             self._overfull.add(stream)
+
+    def _unaccepted(self, stream: MplexStream) -> bool:
+        return not stream.is_initiator and stream in self._backlog
+
+    def _reset_by_policy(self, stream: MplexStream) -> None:
+        """Give up on a slow (or never accepted) stream: free its unread data, reset it,
+        and take it out of the accept backlog (nobody wants a stream reset unseen)."""
+        stream._discard()
+        stream._reset_for_overflow()
+        if self._unaccepted(stream):
+            self._backlog.remove(stream)
 
     def _released(self, stream: MplexStream, size: int) -> None:
         """``size`` unread bytes of ``stream`` were read or dropped."""
@@ -775,6 +917,17 @@ class Muxer:
         if self._reader_blocked and self._drain_lot:
             self._drain_lot.unpark_all()
 
+    def _shed_unaccepted(self) -> bool:
+        """Over the connection's budget, reset the unaccepted stream holding the most,
+        if one holds anything; True if one was reset."""
+        if self._buffered <= self.config.max_connection_buffer:
+            return False
+        holding = [s for s in self._backlog if s._buffered]
+        if not holding:
+            return False
+        self._reset_by_policy(max(holding, key=_buffered))
+        return True
+
     async def _wait_for_readers(self) -> None:
         config = self.config
         started = trio.current_time()
@@ -782,24 +935,27 @@ class Muxer:
         if config.slow_reader_policy == "block-then-reset":
             deadline = started + config.slow_reader_timeout
         self._reader_blocked = True
+        self._blocked_since = started
         try:
             while self._overfull or self._buffered > config.max_connection_buffer:
+                if self._shed_unaccepted():
+                    continue
                 with trio.move_on_at(deadline) as scope:
                     await self._drain_lot.park()
                 if not scope.cancelled_caught:
                     continue
                 # Timed out: give up on the streams over their own limit; failing that,
-                # on the live stream holding the most.  Their data stays readable (it
-                # is bounded); each further victim gets another full timeout first.
+                # on the live stream holding the most.  Resetting frees their data;
+                # each further victim gets another full timeout first.
                 victims = list(self._overfull)
                 if not victims and (candidates := self._live_buffers()):
                     victims = [max(candidates, key=_buffered)]
                 for stream in victims:
-                    self._overfull.discard(stream)
-                    stream._reset_for_overflow()
+                    self._reset_by_policy(stream)
                 deadline = trio.current_time() + config.slow_reader_timeout
         finally:
             self._reader_blocked = False
+            self._blocked_since = None
             self._stats.reader_blocked_seconds += trio.current_time() - started
 
     def _live_buffers(self) -> list[MplexStream]:
@@ -813,11 +969,17 @@ class Muxer:
             return
         self._remember(stream._key)
         if stream.is_initiator:
-            self._outbound -= 1
-            if self._slot_lot:
-                self._slot_lot.unpark()
+            self._release_slot(stream)
         else:
             self._inbound -= 1
+
+    def _release_slot(self, stream: MplexStream) -> None:
+        """Our ``stream`` no longer counts against ``max_outbound_streams``: this side
+        closed or reset it, or it ended."""
+        if stream._key in self._slots:
+            self._slots.discard(stream._key)
+            if self._slot_lot:
+                self._slot_lot.unpark()
 
     def _remember(self, key: int) -> None:
         tombstones = self._tombstones
@@ -827,7 +989,7 @@ class Muxer:
 
     def _fail(
         self,
-        error: ConnectionLost,
+        error: ConnectionLost | MuxerClosed,
         *,
         cause: BaseException | None = None,
         final_state: str = _BROKEN,
@@ -838,11 +1000,10 @@ class Muxer:
         error.__cause__ = cause
         self._state = final_state
         self._error = error
-        if cause is not None:
-            logger.debug("mplex: connection ended: %s (%r)", error, cause)
         for stream in list(self._streams.values()):
             stream._connection_lost(error)
         self._outbuf = bytearray()
+        self._trace_skip = 0
         for lot in (
             self._accept_lot,
             self._slot_lot,
@@ -876,27 +1037,24 @@ def _prime_allocator() -> None:
 _prime_allocator()
 
 
-def trace(direction: str, frames: list[RawFrame]) -> None:
-    """Log frames at DEBUG (received Message frames of one stream arrive merged)."""
-    for header, body in frames:
-        flag = Flag(header & 7)
-        side = "opener" if flag.from_initiator else "acceptor"
-        logger.debug(
-            "mplex: %s stream %d (%s) %s %d bytes", direction, header >> 3, side, flag.name, len(body)
-        )
-
-
 def _buffered(stream: MplexStream) -> int:
     return stream._buffered
 
 
-@contextlib.asynccontextmanager
-async def open_muxer(transport_stream: trio.abc.Stream, config: Config | None = None) -> AsyncIterator[Muxer]:
+def open_muxer(
+    transport_stream: trio.abc.Stream, config: Config | None = None
+) -> contextlib.AbstractAsyncContextManager[Muxer]:
     """Run a ``Muxer`` for the duration of an ``async with`` block.
 
     On exit the muxer is closed (queued frames are flushed first) and its tasks end.
+    The same as ``async with Muxer(transport_stream, config) as muxer:``.
     """
-    muxer = Muxer(transport_stream, config)
+    return open_running(Muxer(transport_stream, config))
+
+
+@contextlib.asynccontextmanager
+async def open_running(muxer: Muxer) -> AsyncIterator[Muxer]:
+    """Run ``muxer`` in a nursery of its own for the block; close it on exit."""
     async with trio.open_nursery() as nursery:
         await nursery.start(muxer.run)
         try:

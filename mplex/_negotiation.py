@@ -22,8 +22,10 @@ from ._multistream import (
 __all__ = ["accept_protocol", "select_protocol"]
 
 
-async def select_protocol(stream: trio.abc.Stream, protocols: Sequence[str]) -> str:
+async def select_protocol(stream: trio.abc.Stream, protocols: str | Sequence[str]) -> str:
     """As the dialer, propose ``protocols`` in order; return the one the peer accepts.
+
+    ``protocols`` is a sequence of ids, or one id as a ``str``.
 
     Raises ``ProtocolNotSupportedError`` when the peer refuses them all,
     ``NegotiationError`` for a malformed exchange, and lets the transport's own errors
@@ -34,9 +36,10 @@ async def select_protocol(stream: trio.abc.Stream, protocols: Sequence[str]) -> 
 
 
 async def accept_protocol(
-    stream: trio.abc.Stream, protocols: Sequence[str], *, max_proposals: int = MAX_PROPOSALS
+    stream: trio.abc.Stream, protocols: str | Sequence[str], *, max_proposals: int = MAX_PROPOSALS
 ) -> str:
-    """As the listener, accept the first proposal found in ``protocols``; return it.
+    """As the listener, accept the first proposal found in ``protocols`` (a sequence of
+    ids, or one id as a ``str``); return it.
 
     Answers ``na`` to others and lists ``protocols`` for ``ls``.  Raises
     ``NegotiationError`` for a malformed exchange or after ``max_proposals``

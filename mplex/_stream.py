@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, final
 import trio
 
 from ._codec import Flag
-from ._errors import ConnectionLost, StreamReset
+from ._errors import ConnectionLost, MuxerClosed, StreamReset
 from ._state import FINISHED_STATES, StreamEvent, StreamState, Verdict, transition
 from ._varint import encode_uvarint
 
@@ -47,6 +47,25 @@ Buffer = bytes | bytearray | memoryview
 _checkpoint = trio.lowlevel.checkpoint
 _checkpoint_if_cancelled = trio.lowlevel.checkpoint_if_cancelled
 _yield = trio.lowlevel.cancel_shielded_checkpoint
+
+
+def _byte_buffer(data: object) -> Buffer:
+    """``data``, any object with the buffer protocol, as a flat buffer whose ``len()`` is
+    its byte count (as ``trio.SocketStream.send_all`` takes it); ``TypeError`` otherwise."""
+    if isinstance(data, bytes | bytearray):
+        return data
+    try:
+        view = memoryview(data)  # type: ignore[arg-type]
+    except TypeError:
+        raise TypeError(f"data must be a bytes-like object, not {type(data).__name__}") from None
+    if not view.c_contiguous:
+        return view.tobytes()
+    if view.ndim == 1 and view.itemsize == 1:
+        return view
+    try:
+        return view.cast("B")
+    except TypeError:  # a shape cast() cannot flatten (a 0-d view, say)
+        return view.tobytes()
 
 
 @final
@@ -116,6 +135,8 @@ class MplexStream(trio.abc.HalfCloseableStream):
         out = m._outbuf
         if self._send_busy or not self._can_send or len(out) >= m._high_water:
             self._refuse_send_nowait()
+        if data.__class__ is not bytes:
+            data = _byte_buffer(data)  # len() must count bytes, before anything is queued
         size = len(data)
         if size == self._last_size:
             # The hot path: _append_frame inlined for a write of the same size as the
@@ -158,6 +179,8 @@ class MplexStream(trio.abc.HalfCloseableStream):
         """
         if self._send_busy:
             raise trio.BusyResourceError("another task is sending on this stream")
+        if data.__class__ is not bytes:
+            data = _byte_buffer(data)  # len() must count bytes, before anything is queued
         self._send_busy = True
         try:
             m = self._muxer
@@ -422,6 +445,7 @@ class MplexStream(trio.abc.HalfCloseableStream):
             elif self._apply(StreamEvent.SEND_CLOSE) is Verdict.OK:
                 self._muxer._queue_control(self.id, self._flag(Flag.CLOSE_INITIATOR))
             self._refresh()
+            self._muxer._release_slot(self)
         await trio.lowlevel.checkpoint()
 
     def reset(self) -> None:
@@ -434,6 +458,7 @@ class MplexStream(trio.abc.HalfCloseableStream):
         self._discard()
         self._send_reset()
         self._refresh()
+        self._muxer._release_slot(self)
 
     def _send_reset(self) -> None:
         if self._apply(StreamEvent.SEND_RESET) is Verdict.OK:
@@ -464,20 +489,21 @@ class MplexStream(trio.abc.HalfCloseableStream):
             self._refresh()
 
     def _reset_for_overflow(self) -> None:
-        """The slow-reader policy gave up on this stream: reset it, keep its buffer."""
+        """The slow-reader policy gave up on this stream (the muxer freed its unread
+        data first): reset it."""
         if self._apply(StreamEvent.SEND_RESET) is Verdict.OK:
             self._muxer._queue_control(self.id, self._flag(Flag.RESET_INITIATOR))
-            self._muxer.stats.streams_reset_by_policy += 1
+            self._muxer._stats.streams_reset_by_policy += 1
             self._fail(
                 StreamReset(
-                    f"stream {self.id} was reset because its reader fell more than "
-                    f"Config.max_stream_buffer bytes behind",
+                    f"stream {self.id} was reset by the slow-reader policy: its unread data "
+                    f"went over Config.max_stream_buffer or max_connection_buffer",
                     stream_id=self.id,
                     by_peer=False,
                 )
             )
 
-    def _connection_lost(self, error: ConnectionLost) -> None:
+    def _connection_lost(self, error: ConnectionLost | MuxerClosed) -> None:
         if self._failure is None:
             self._fail(error)
 
@@ -515,7 +541,9 @@ class MplexStream(trio.abc.HalfCloseableStream):
         if isinstance(failure, StreamReset):
             return StreamReset(str(failure), stream_id=self.id, by_peer=failure.by_peer)
         if isinstance(failure, ConnectionLost):
-            return ConnectionLost(str(failure))
+            return ConnectionLost(str(failure), reason=failure.reason)
+        if isinstance(failure, MuxerClosed):
+            return MuxerClosed(str(failure))
         return trio.ClosedResourceError("this stream was closed")
 
     def _failure_cause(self) -> BaseException | None:

@@ -118,7 +118,7 @@ async def test_stream_churn_leaves_the_tables_empty() -> None:
                 nursery.start_soon(serve)
                 nursery.start_soon(client)
         for muxer in (left, right):
-            assert muxer._streams == {}
-            assert (muxer._inbound, muxer._outbound, len(muxer._backlog), muxer._buffered) == (0, 0, 0, 0)
-            assert len(muxer._tombstones) <= 4096
+            stats = muxer.stats
+            gauges = (stats.inbound_streams, stats.outbound_streams, stats.streams_waiting, stats.unread_bytes)
+            assert gauges == (0, 0, 0, 0)
         assert left.stats.streams_opened == right.stats.streams_accepted == count

@@ -49,10 +49,14 @@ class TestStartAndClose:
                 await left.open_stream()
             with pytest.raises(trio.ClosedResourceError):
                 await left.accept_stream()
-            with pytest.raises(mplex.ConnectionLost):
+            # A local close is not a broken resource: trio's ClosedResourceError.
+            with pytest.raises(mplex.MuxerClosed) as send_error:
                 await stream.send_all(b"x")
-            with pytest.raises(mplex.ConnectionLost):
+            with pytest.raises(mplex.MuxerClosed):
                 await stream.receive_some()
+            assert isinstance(send_error.value, trio.ClosedResourceError)
+            assert send_error.value.reason is mplex.EndReason.CLOSED
+            assert left.end_reason is mplex.EndReason.CLOSED
             assert [s async for s in left] == []
 
     async def test_a_cancelled_aclose_still_closes(self) -> None:
@@ -78,8 +82,9 @@ class TestStartAndClose:
             stream = await muxer.open_stream()
             nursery.cancel_scope.cancel()
         assert muxer.closed
-        with pytest.raises(mplex.ConnectionLost, match="cancelled"):
+        with pytest.raises(mplex.MuxerClosed, match="cancelled"):
             await stream.receive_some()
+        assert muxer.end_reason is mplex.EndReason.CLOSED
         await read_all(b)  # the transport was closed
 
 
@@ -220,8 +225,11 @@ class TestLogging:
             await stream.send_all(b"hi")
             assert await (await right.accept_stream()).receive_some() == b"hi"
         messages = [r.getMessage() for r in caplog.records if r.name == "mplex"]
-        assert "mplex: send stream 0 (opener) NEW_STREAM 6 bytes" in messages
-        assert "mplex: recv stream 0 (opener) MESSAGE_INITIATOR 2 bytes" in messages
+        # Each line names its connection, and the logger's name is not repeated in it.
+        assert f"[{left.name}] send stream 0 (opener) NEW_STREAM 6 bytes" in messages
+        assert f"[{right.name}] recv stream 0 (opener) MESSAGE_INITIATOR 2 bytes" in messages
+        assert left.name != right.name
+        assert not [m for m in messages if "mplex:" in m]
 
     async def test_nothing_is_logged_below_debug(self, caplog: pytest.LogCaptureFixture) -> None:
         caplog.set_level("INFO", logger="mplex")

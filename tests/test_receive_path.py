@@ -154,19 +154,22 @@ async def test_a_cancelled_receive_on_the_socket_loses_nothing() -> None:
 
 
 @pytest.mark.parametrize(
-    ("who_ends_it", "reason"),
-    [("the peer", "the peer closed the connection"), ("we", "the muxer was closed")],
+    ("who_ends_it", "error_type", "reason"),
+    [
+        ("the peer", mplex.ConnectionLost, mplex.EndReason.PEER_CLOSED),
+        ("we", mplex.MuxerClosed, mplex.EndReason.CLOSED),
+    ],
 )
 async def test_the_end_of_the_connection_reaches_a_receiver_waiting_on_the_socket(
-    who_ends_it: str, reason: str
+    who_ends_it: str, error_type: type[Exception], reason: mplex.EndReason
 ) -> None:
     async with muxer_with_raw_peer() as (muxer, peer):
         stream = await peer_opened_stream(muxer, peer, 0)
         end = peer.stream.aclose if who_ends_it == "the peer" else muxer.aclose
         error = await error_of_waiting_receive(muxer, stream, end)
-        assert isinstance(error, mplex.ConnectionLost)  # as for every stream still open
-        assert reason in str(error)
-        assert muxer.closed
+        assert isinstance(error, error_type)  # as for every stream still open
+        assert error.reason is reason  # type: ignore[attr-defined]
+        assert muxer.end_reason is reason
 
 
 async def test_a_writer_waiting_for_room_is_not_disturbed_when_a_receiver_moves_the_reader() -> None:
@@ -210,7 +213,7 @@ async def test_while_any_stream_has_unread_data_receivers_leave_reading_to_the_r
         waiting = await peer_opened_stream(muxer, peer, 1)
         await peer.send(frame(0, Flag.MESSAGE_INITIATOR, b"not read yet"))
         with trio.fail_after(10):
-            while not unread._buffered:
+            while not muxer.stats.unread_bytes:
                 await trio.testing.wait_all_tasks_blocked()
         got = []
 

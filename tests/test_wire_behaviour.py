@@ -196,12 +196,16 @@ class TestProtocolErrors:
             with pytest.raises(mplex.ConnectionLost):
                 await muxer.accept_stream()
 
-    async def test_async_for_raises_when_the_connection_broke(self) -> None:
+    async def test_async_for_ends_when_the_connection_broke_and_the_muxer_says_why(self) -> None:
         async with raw_pair() as (muxer, peer):
             await peer.send(b"\x07\x00")
-            with pytest.raises(mplex.ConnectionLost):
-                async for _ in muxer:
-                    pass
+            assert [s async for s in muxer] == []
+            assert muxer.end_reason is mplex.EndReason.PROTOCOL_ERROR
+            assert isinstance(muxer.end_error, mplex.ConnectionLost)
+            assert isinstance(muxer.end_error.__cause__, mplex.UnknownFlagError)
+            with pytest.raises(mplex.ConnectionLost) as info:  # accept_stream still raises
+                await muxer.accept_stream()
+            assert isinstance(info.value.__cause__, mplex.UnknownFlagError)
 
 
 class TestLimits:
