@@ -31,4 +31,7 @@ async def main(port: int) -> None:
 if __name__ == "__main__":
     # Why each connection ended, one line each (INFO for failures, DEBUG for the rest).
     logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
-    trio.run(main, int(sys.argv[1]) if len(sys.argv) > 1 else 0)
+    try:
+        trio.run(main, int(sys.argv[1]) if len(sys.argv) > 1 else 0)
+    except* KeyboardInterrupt:
+        pass  # Ctrl-C: stop serving

@@ -103,9 +103,8 @@ def _show_public_names_as_mplex() -> None:
     defined in (as trio does for its own names)."""
     for name in __all__:
         value = globals()[name]
-        if isinstance(value, type) or callable(value):
-            if getattr(value, "__module__", "").startswith("mplex."):
-                value.__module__ = "mplex"
+        if callable(value) and getattr(value, "__module__", "").startswith("mplex."):
+            value.__module__ = "mplex"
 
 
 _show_public_names_as_mplex()

@@ -930,6 +930,10 @@ class Muxer:
 
     async def _wait_for_readers(self) -> None:
         config = self.config
+        while self._shed_unaccepted():
+            pass
+        if not self._over_buffer_limits():
+            return
         started = trio.current_time()
         deadline = float("inf")
         if config.slow_reader_policy == "block-then-reset":

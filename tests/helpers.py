@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import pathlib
 import socket
+import ssl
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
+import pytest
 import trio
 import trio.testing
+import trustme
 
 import mplex
 from mplex import Decoder, Encoder, Flag, Frame
@@ -73,6 +77,74 @@ async def tcp_transport() -> AsyncIterator[tuple[trio.abc.Stream, trio.abc.Strea
     finally:
         await a.aclose()
         await b.aclose()
+
+
+class PlainStream(trio.abc.Stream):
+    """A pass-through wrapper: the muxer sees a generic ``trio.abc.Stream``, so over TCP
+    it takes the generic path instead of the socket fast path."""
+
+    def __init__(self, inner: trio.abc.Stream) -> None:
+        self.inner = inner
+
+    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+        await self.inner.send_all(data)
+
+    async def wait_send_all_might_not_block(self) -> None:
+        await self.inner.wait_send_all_might_not_block()
+
+    async def receive_some(self, max_bytes: int | None = None) -> bytes | bytearray:
+        return await self.inner.receive_some(max_bytes)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+@contextlib.asynccontextmanager
+async def tcp_generic_transport() -> AsyncIterator[tuple[trio.abc.Stream, trio.abc.Stream]]:
+    async with tcp_transport() as (a, b):
+        yield PlainStream(a), PlainStream(b)
+
+
+@functools.cache
+def tls_contexts() -> tuple[ssl.SSLContext, ssl.SSLContext]:
+    """(client, server) contexts for TLS over 127.0.0.1, with a throwaway test CA."""
+    ca = trustme.CA()
+    server = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ca.issue_cert("127.0.0.1").configure_cert(server)
+    client = ssl.create_default_context()
+    ca.configure_trust(client)
+    return client, server
+
+
+async def tls_streams() -> tuple[trio.SSLStream[trio.abc.Stream], trio.SSLStream[trio.abc.Stream]]:
+    """Both ends of a TLS connection over loopback TCP (the handshake happens on first use)."""
+    a, b = await tcp_streams()
+    client_context, server_context = tls_contexts()
+    return (
+        trio.SSLStream(a, client_context, server_hostname="127.0.0.1"),
+        trio.SSLStream(b, server_context, server_side=True),
+    )
+
+
+@contextlib.asynccontextmanager
+async def tls_transport() -> AsyncIterator[tuple[trio.abc.Stream, trio.abc.Stream]]:
+    a, b = await tls_streams()
+    try:
+        yield a, b
+    finally:
+        await trio.aclose_forcefully(a)
+        await trio.aclose_forcefully(b)
+
+
+#: Every transport the behaviour tests claim: name -> a context manager of both ends.
+TRANSPORTS: dict[str, Callable[[], Any]] = {
+    "memory": memory_transport,
+    "tcp": tcp_transport,
+    "tcp-generic": tcp_generic_transport,
+    "tls": tls_transport,
+}
+#: ``@over_every_transport`` parametrizes a test's ``transport`` argument over TRANSPORTS.
+over_every_transport = pytest.mark.parametrize("transport", list(TRANSPORTS.values()), ids=list(TRANSPORTS))
 
 
 @contextlib.asynccontextmanager
