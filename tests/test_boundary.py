@@ -43,7 +43,7 @@ class TestNothingHalfMadeReachesTheWire:
     ) -> None:
         async with muxer_pair(transport, SMALL_FRAMES) as (left, right):
             stream = await left.open_stream()
-            method = path.split("-")[0]
+            method = path.split("-", maxsplit=1)[0]
             if path.endswith("repeated-size"):  # the cached-prefix hot path for len 4
                 await stream.send_all(b"four")
             with pytest.raises(TypeError, match="bytes-like"):
