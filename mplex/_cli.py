@@ -29,7 +29,8 @@ from ._codec import PROTOCOL_ID, Decoder, Frame
 from ._exceptions import ProtocolError
 from ._multistream import NegotiationError
 from ._muxer import Muxer, open_muxer
-from ._negotiation import accept_protocol, select_protocol
+from ._negotiation import select_protocol
+from ._serve import serve_listeners
 from ._stream import MplexStream
 from ._varint import encode_uvarint
 
@@ -161,32 +162,6 @@ async def drain(stream: MplexStream) -> None:
 
 
 NEGOTIATE_HELP = f"agree on {PROTOCOL_ID} with multistream-select first, as libp2p peers do"
-#: How long a peer may take to negotiate /mplex/6.7.0 with `serve --negotiate`.
-NEGOTIATION_TIMEOUT = 10.0
-
-
-async def serve_connection(mode: str, size: int, negotiate: bool, transport: trio.SocketStream) -> None:
-    if negotiate:
-        try:
-            with trio.fail_after(NEGOTIATION_TIMEOUT):
-                await accept_protocol(transport, [PROTOCOL_ID])
-        except (NegotiationError, trio.TooSlowError, trio.BrokenResourceError) as exc:
-            logging.getLogger("mplex").info("negotiation failed: %s", str(exc) or "timed out")
-            await trio.aclose_forcefully(transport)
-            return
-    async with open_muxer(transport) as muxer, trio.open_nursery() as nursery:
-        try:
-            async for stream in muxer:
-                nursery.start_soon(handle_stream_safely, stream, mode, size)
-        except trio.BrokenResourceError as exc:
-            logging.getLogger("mplex").info("connection ended: %s (%s)", exc, exc.__cause__)
-
-
-async def handle_stream_safely(stream: MplexStream, mode: str, size: int) -> None:
-    try:
-        await handle_stream(stream, mode, size)
-    except trio.BrokenResourceError as exc:
-        logging.getLogger("mplex").info("stream %d ended: %s", stream.id, exc)
 
 
 async def serve(args: argparse.Namespace) -> None:
@@ -197,8 +172,8 @@ async def serve(args: argparse.Namespace) -> None:
     host, port = listeners[0].socket.getsockname()[:2]
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async with trio.open_nursery() as nursery:
-            handler = partial(serve_connection, args.mode, args.size, args.negotiate)
-            nursery.start_soon(trio.serve_listeners, handler, listeners)
+            handler = partial(handle_stream, mode=args.mode, size=args.size)
+            nursery.start_soon(partial(serve_listeners, handler, listeners, negotiate=args.negotiate))
             print(f"mplex: serving {args.mode} on {host}:{port}", flush=True)
             async for _ in signals:  # Ctrl-C or SIGTERM: stop serving, exit cleanly
                 nursery.cancel_scope.cancel()

@@ -35,6 +35,7 @@ class Config:
     * ``slow_reader_timeout``: seconds ``"block-then-reset"`` waits (5).
     * ``max_inbound_streams`` / ``max_outbound_streams``: open streams each way (1024).
     * ``accept_backlog``: streams waiting for ``accept_stream`` (1024).
+    * ``accept_grace``: seconds unaccepted streams may hold up the reader (0.1).
     * ``max_stream_name_size``: bytes of a peer's stream name kept (1024).
     * ``max_flush_delay``: longest a frame waits when the program never idles (2 ms).
     * ``abuse_window``, ``max_unknown_stream_frames``, ``max_refused_streams``,
@@ -96,6 +97,14 @@ class Config:
     #: against ``max_connection_buffer``).  go queues 16 and js v12 10, and both lose
     #: streams to ordinary bursts.
     accept_backlog: int = 1024
+
+    #: Seconds the reader waits, when only streams nobody has accepted hold it up (over
+    #: ``max_stream_buffer``, or pushing the connection over ``max_connection_buffer``)
+    #: and no task is in ``accept_stream``, before it resets them: a program that
+    #: never accepts (it only dials) stalls at most this long per flooded stream, and a
+    #: server's accept loop, back in ``accept_stream`` within microseconds, never loses
+    #: a stream to it.
+    accept_grace: float = 0.1
 
     #: Bytes of a peer-chosen stream name that are kept (names are for debugging only;
     #: the rest is read and dropped).

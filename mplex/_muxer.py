@@ -206,6 +206,7 @@ class Muxer:
         self._slots: set[int] = set()  # keys of our streams that hold an outbound slot
         self._inbound = 0
         self._backlog: deque[MplexStream] = deque()
+        self._acceptors = 0  # tasks inside accept_stream
         self._accept_lot = trio.lowlevel.ParkingLot()
         self._slot_lot = trio.lowlevel.ParkingLot()
         # Writer side.
@@ -406,13 +407,18 @@ class Muxer:
         reason.  ``async for stream in muxer`` instead simply ends.
         """
         self._check_started()
-        if self._backlog:
-            await trio.lowlevel.checkpoint()
-        while not self._backlog:
-            if self._state is not _RUNNING:
+        self._acceptors += 1
+        try:
+            if self._backlog:
                 await trio.lowlevel.checkpoint()
-                self._raise_ended()
-            await self._accept_lot.park()
+            while not self._backlog:
+                if self._state is not _RUNNING:
+                    await trio.lowlevel.checkpoint()
+                    self._raise_ended()
+                await self._accept_lot.park()
+        finally:
+            self._acceptors -= 1
+            self._recheck_limits()  # an accepted stream, or no acceptor left
         self._stats.streams_accepted += 1
         return self._backlog.popleft()
 
@@ -891,9 +897,7 @@ class Muxer:
 
     def _overflowed(self, stream: MplexStream) -> None:
         """``stream`` holds more than ``Config.max_stream_buffer`` unread bytes."""
-        if self.config.slow_reader_policy == "reset" or self._unaccepted(stream):
-            # Nobody is there to read a stream still waiting to be accepted: blocking
-            # for it would stall every stream the program does read.
+        if self.config.slow_reader_policy == "reset":
             self._reset_by_policy(stream)
         else:
             self._overfull.add(stream)
@@ -914,39 +918,60 @@ class Muxer:
         self._buffered -= size
         if stream in self._overfull and stream._buffered <= self.config.max_stream_buffer:
             self._overfull.discard(stream)
+        self._recheck_limits()
+
+    def _recheck_limits(self) -> None:
+        """Something the blocked reader waits for may have changed: let it look again."""
         if self._reader_blocked and self._drain_lot:
             self._drain_lot.unpark_all()
 
-    def _shed_unaccepted(self) -> bool:
-        """Over the connection's budget, reset the unaccepted stream holding the most,
-        if one holds anything; True if one was reset."""
-        if self._buffered <= self.config.max_connection_buffer:
+    def _stalled_by_unaccepted(self) -> bool:
+        """True if only streams nobody has accepted keep the reader from reading, and
+        no task is in ``accept_stream`` to take them."""
+        if self._acceptors or any(not self._unaccepted(s) for s in self._overfull):
             return False
-        holding = [s for s in self._backlog if s._buffered]
-        if not holding:
-            return False
-        self._reset_by_policy(max(holding, key=_buffered))
-        return True
+        if self._buffered > self.config.max_connection_buffer:
+            waiting = sum(s._buffered for s in self._backlog)
+            return waiting > 0 and self._buffered - waiting <= self.config.max_connection_buffer
+        return bool(self._overfull)
+
+    def _shed_unaccepted(self) -> None:
+        """Reset the unaccepted streams over their limit, then, while the connection is
+        over its budget, the unaccepted stream holding the most."""
+        for stream in [s for s in self._overfull if self._unaccepted(s)]:
+            self._reset_by_policy(stream)
+        while self._buffered > self.config.max_connection_buffer:
+            holding = [s for s in self._backlog if s._buffered]
+            if not holding:
+                return
+            self._reset_by_policy(max(holding, key=_buffered))
 
     async def _wait_for_readers(self) -> None:
         config = self.config
-        while self._shed_unaccepted():
-            pass
-        if not self._over_buffer_limits():
-            return
         started = trio.current_time()
-        deadline = float("inf")
+        policy_deadline = float("inf")
         if config.slow_reader_policy == "block-then-reset":
-            deadline = started + config.slow_reader_timeout
+            policy_deadline = started + config.slow_reader_timeout
+        stalled_since: float | None = None  # by unaccepted streams only, since when
         self._reader_blocked = True
         self._blocked_since = started
         try:
-            while self._overfull or self._buffered > config.max_connection_buffer:
-                if self._shed_unaccepted():
-                    continue
-                with trio.move_on_at(deadline) as scope:
+            while self._over_buffer_limits():
+                shed_at = float("inf")
+                if self._stalled_by_unaccepted():
+                    stalled_since = stalled_since or trio.current_time()
+                    shed_at = stalled_since + config.accept_grace
+                else:
+                    stalled_since = None
+                with trio.move_on_at(min(policy_deadline, shed_at)) as scope:
                     await self._drain_lot.park()
                 if not scope.cancelled_caught:
+                    continue
+                if trio.current_time() >= shed_at:
+                    # Nobody came to accept them: they must not stall the streams the
+                    # program does read (a program that only dials never accepts).
+                    self._shed_unaccepted()
+                    stalled_since = None
                     continue
                 # Timed out: give up on the streams over their own limit; failing that,
                 # on the live stream holding the most.  Resetting frees their data;
@@ -956,7 +981,7 @@ class Muxer:
                     victims = [max(candidates, key=_buffered)]
                 for stream in victims:
                     self._reset_by_policy(stream)
-                deadline = trio.current_time() + config.slow_reader_timeout
+                policy_deadline = trio.current_time() + config.slow_reader_timeout
         finally:
             self._reader_blocked = False
             self._blocked_since = None
