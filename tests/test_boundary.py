@@ -325,25 +325,26 @@ class TestStreamsNobodyAccepts:
         # the accept loop has run: the stream is held, not reset, until it is accepted.
         config = mplex.Config(max_stream_buffer=1024, max_connection_buffer=4096, accept_grace=0.001)
         async with raw_pair(config) as (muxer, peer):
-            accepted: list[mplex.MplexStream] = []
-            got_them = trio.Event()
+            received: list[int] = []
+            all_read = trio.Event()
 
-            async def accept_loop() -> None:
+            async def handle(stream: mplex.MplexStream) -> None:
+                received.append(len(await stream.receive_some()))
+                if len(received) == 3:
+                    all_read.set()
+
+            async def accept_loop(nursery: trio.Nursery) -> None:
                 async for stream in muxer:
-                    accepted.append(stream)
-                    if len(accepted) == 3:
-                        got_them.set()
+                    nursery.start_soon(handle, stream)
 
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(accept_loop)
+                nursery.start_soon(accept_loop, nursery)
                 await trio.testing.wait_all_tasks_blocked()
-                await peer.send(
-                    *(frame(n, Flag.NEW_STREAM) + frame(n, Flag.MESSAGE_INITIATOR, bytes(3000)) for n in range(3))
-                )
+                for n in range(3):
+                    await peer.send(frame(n, Flag.NEW_STREAM), frame(n, Flag.MESSAGE_INITIATOR, bytes(3000)))
                 with trio.fail_after(10):
-                    await got_them.wait()
-                    for stream in accepted:
-                        assert len(await stream.receive_some()) == 3000
+                    await all_read.wait()
+                assert received == [3000, 3000, 3000]
                 assert muxer.stats.streams_reset_by_policy == 0
                 nursery.cancel_scope.cancel()
 
