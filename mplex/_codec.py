@@ -11,9 +11,9 @@ Theory of operation of the Decoder
 chunk completes.  State carried between calls is small and explicit:
 
 * ``_tail``: up to 17 bytes of a header/length prefix cut by a chunk boundary;
-* ``_need``/``_parts``/``_head``: the body of one frame whose prefix is known, still
-  being collected.  Pieces are kept as the chunks' own slices and joined once, so a
-  1 MiB frame spread over many chunks is copied once, not once per chunk.
+* ``_need``/``_partial``/``_head``: the body of one frame whose prefix is known, still
+  being collected, appended to one bytearray: a frame spread over many tiny chunks
+  costs its bytes, not an object per chunk.
 
 The declared length is checked against ``max_message_size`` the moment the length
 varint is complete, before a single body byte is kept, so a peer cannot make us
@@ -149,13 +149,14 @@ class Decoder:
         self._tail = b""
         self._need = 0  # body bytes still missing for the frame in progress
         self._head = 0  # that frame's header
-        self._parts: list[bytes] = []
-        self._parts_size = 0
+        # One bytearray, not a list of the reads it came in: a frame arriving in tiny
+        # reads must not cost an object per read.
+        self._partial = bytearray()
 
     @property
     def buffered(self) -> int:
         """Bytes received but not yet returned as part of a frame."""
-        return len(self._tail) + self._parts_size
+        return len(self._tail) + len(self._partial)
 
     @property
     def offset(self) -> int:
@@ -203,15 +204,14 @@ class Decoder:
 
     def _continue_body(self, data: bytes, out: list[RawFrame]) -> int:
         need = self._need
+        partial = self._partial
         if len(data) < need:
-            self._parts.append(data)
-            self._parts_size += len(data)
+            partial += data
             self._need = need - len(data)
             return len(data)
-        self._parts.append(data[:need])
-        body = b"".join(self._parts)
-        self._parts = []
-        self._parts_size = 0
+        partial += memoryview(data)[:need]
+        body = bytes(partial)
+        self._partial = bytearray()
         self._need = 0
         self.frames_decoded += 1
         out.append((self._head, body))
@@ -235,8 +235,7 @@ class Decoder:
             return end
         self._head = header
         self._need = end - len(data)
-        self._parts = [data[pos:]]
-        self._parts_size = len(data) - pos
+        self._partial = bytearray(memoryview(data)[pos:])
         return len(data)
 
     def _parse_prefix(self, data: bytes, pos: int, base: int) -> tuple[int, int, int] | None:
@@ -283,8 +282,7 @@ class Decoder:
                 if end > n:
                     self._head = h
                     self._need = end - n
-                    self._parts = [data[start:]]
-                    self._parts_size = n - start
+                    self._partial = bytearray(memoryview(data)[start:])
                     return
                 count += 1
                 frame_start = pos

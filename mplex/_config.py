@@ -38,9 +38,11 @@ class Config:
     * ``accept_grace``: seconds unaccepted streams may hold up the reader (0.1).
     * ``max_stream_name_size``: bytes of a peer's stream name kept (1024).
     * ``max_flush_delay``: longest a frame waits when the program never idles (2 ms).
+    * ``close_timeout``: seconds ``aclose()`` may spend flushing (5).
     * ``abuse_window``, ``max_unknown_stream_frames``, ``max_refused_streams``,
-      ``max_resets_received``: abuse budgets per sliding window (10 s; 1,000; 1,000;
-      10,000); going over one closes the connection with a ``ProtocolError``.
+      ``max_resets_received``, ``max_ignored_frames``: abuse budgets per sliding window
+      (10 s; 1,000; 1,000; 10,000; 10,000); going over one closes the connection with
+      a ``ProtocolError``.
 
     Raises ``TypeError`` when a value has the wrong type (integer fields take ``int``
     only) and ``ValueError`` when it is out of range; the message names the field.
@@ -106,6 +108,10 @@ class Config:
     #: a stream to it.
     accept_grace: float = 0.1
 
+    #: Seconds ``Muxer.aclose()`` spends flushing what was queued before it closes the
+    #: transport anyway (a peer that never reads would otherwise hold it open).
+    close_timeout: float = 5.0
+
     #: Bytes of a peer-chosen stream name that are kept (names are for debugging only;
     #: the rest is read and dropped).
     max_stream_name_size: int = 1024
@@ -131,6 +137,11 @@ class Config:
     #: Resets from the peer.  Resets are ordinary (every cancelled request sends one),
     #: so the budget is high: it only stops open-and-reset storms.
     max_resets_received: int = 10_000
+
+    #: Frames that change nothing on a live stream: zero-length Messages, repeated
+    #: Closes, data after the peer's own Close.  Each costs the event loop more than
+    #: the two bytes of wire it takes, so a flood of them is a cheap attack.
+    max_ignored_frames: int = 10_000
 
     def __post_init__(self) -> None:
         for field in dataclasses.fields(self):

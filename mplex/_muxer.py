@@ -62,7 +62,7 @@ import logging
 import os
 import time
 from collections import OrderedDict, deque
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any, final
 
 import trio
@@ -93,8 +93,11 @@ _QUIET = 50e-6
 #: few socket buffers' worth, so a large send does not build a huge list of frames the
 #: kernel cannot take yet.
 _DIRECT_BATCH = 1024 * 1024
-#: Finished stream keys remembered, so late frames for them are recognised as such.
+#: Finished stream keys remembered, so late frames for them are recognised as such
+#: (at least; see Muxer._tombstone_limit).
 _TOMBSTONES = 4096
+#: Buffers one writev may take (the kernel refuses more with EINVAL).
+_IOV_MAX = (os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 0) or 1024
 
 #: The block _prime_allocator frees: above the largest buffer a bulk receive allocates
 #: (reads of _READ_SIZE, the joins of up to Config.max_stream_buffer plus one read).
@@ -201,6 +204,12 @@ class Muxer:
         )
         self._refused_budget = SlidingBudget("max_refused_streams", self.config.max_refused_streams, window)
         self._reset_budget = SlidingBudget("max_resets_received", self.config.max_resets_received, window)
+        self._ignored_budget = SlidingBudget("max_ignored_frames", self.config.max_ignored_frames, window)
+        # Enough to remember every stream both sides may have open, twice over: a
+        # batch reset of all of them must not make their in-flight frames "unknown".
+        self._tombstone_limit = max(
+            _TOMBSTONES, 2 * (self.config.max_inbound_streams + self.config.max_outbound_streams)
+        )
         self._tombstones: OrderedDict[int, None] = OrderedDict()
         self._next_id = 0
         self._slots: set[int] = set()  # keys of our streams that hold an outbound slot
@@ -225,6 +234,9 @@ class Muxer:
         if isinstance(transport_stream, trio.SocketStream) and _POSIX_SOCKETS:
             self._direct_socket = transport_stream.socket
         self._last_flush = 0.0
+        # Bytes of control frames (Close, Reset, NewStream) in _outbuf: what the reader
+        # pauses for (see _wait_for_send_room).
+        self._control_pending = 0
         # Bytes at the start of _outbuf that finish a frame begun by a direct write
         # (-1: not known), so that tracing never parses what is not a frame.
         self._trace_skip = 0
@@ -246,6 +258,8 @@ class Muxer:
         self._error: ConnectionLost | MuxerClosed | None = None
         self._run_scope: trio.CancelScope | None = None
         self._own_run: contextlib.AbstractAsyncContextManager[Muxer] | None = None
+        # Set once nothing more may be queued (aclose() began).
+        self._send_error: ConnectionLost | MuxerClosed | None = None
         self._blocked_since: float | None = None
         #: A label for this connection in log lines: a sequence number and, when the
         #: transport is a socket (or TLS over one), the peer's address.
@@ -315,8 +329,12 @@ class Muxer:
     async def aclose(self) -> None:
         """Flush queued frames, close the transport, and end every stream.
 
-        Streams still open get ``MuxerClosed`` (a ``trio.ClosedResourceError``).
-        Closes even when cancelled (skipping the flush).  Idempotent.
+        Intake stops first: from then on, sends and ``open_stream`` raise
+        ``MuxerClosed`` (a ``trio.ClosedResourceError``), so tasks that keep sending
+        cannot keep it open.  What was queued before is flushed for at most
+        ``Config.close_timeout`` seconds; then the transport is closed and streams
+        still open get ``MuxerClosed``.  Closes even when cancelled (skipping the
+        flush).  Idempotent.
         """
         if self._state is not _RUNNING:
             await trio.lowlevel.checkpoint()
@@ -325,9 +343,11 @@ class Muxer:
                 await trio.aclose_forcefully(self._transport)
             return
         try:
+            self._stop_sending(MuxerClosed("the muxer is closing"))
             if self._started:
-                while (self._outbuf or self._writing) and self._state is _RUNNING:
-                    await self._writable_lot.park()
+                with trio.move_on_after(self.config.close_timeout):
+                    while (self._outbuf or self._writing) and self._state is _RUNNING:
+                        await self._writable_lot.park()
         finally:
             self._fail(MuxerClosed("the muxer was closed"), final_state=_CLOSED)
             await trio.aclose_forcefully(self._transport)
@@ -382,9 +402,12 @@ class Muxer:
         await trio.lowlevel.checkpoint()
         while True:
             self._check_usable()
-            if len(self._slots) < self.config.max_outbound_streams:
+            if len(self._outbuf) >= self._high_water:
+                await self._writable_lot.park()  # NewStream is queued like data
+            elif len(self._slots) < self.config.max_outbound_streams:
                 break
-            await self._slot_lot.park()
+            else:
+                await self._slot_lot.park()
         stream_id = self._next_id
         if stream_id > MAX_STREAM_ID:
             raise MplexError("all 2**60 stream ids of this connection are used up")
@@ -437,6 +460,10 @@ class Muxer:
     def _check_usable(self) -> None:
         if self._state is not _RUNNING:
             self._raise_ended()
+        if (error := self._send_error) is not None:
+            if isinstance(error, MuxerClosed):
+                raise MuxerClosed(str(error))
+            raise ConnectionLost(str(error), reason=error.reason) from error.__cause__
 
     def _raise_ended(self) -> None:
         error = self._error
@@ -482,6 +509,7 @@ class Muxer:
         if sent == len(data):
             data.clear()
             self._trace_skip = 0
+            self._control_pending = 0
             return True
         if sent:
             del data[:sent]
@@ -515,7 +543,7 @@ class Muxer:
         assert sock is not None
         step = self._frame_size
         head = stream._data_head
-        end = min(len(view), pos + _DIRECT_BATCH)
+        end = min(len(view), pos + _DIRECT_BATCH, pos + step * (_IOV_MAX // 2))  # 2 buffers a frame
         pieces = [view[start : start + step] for start in range(pos, end, step)]
         prefixes = [head + encode_uvarint(len(piece)) for piece in pieces]
         parts = [part for frame in zip(prefixes, pieces, strict=True) for part in frame]
@@ -552,14 +580,16 @@ class Muxer:
 
     def _queue_control(self, stream_id: int, flag: Flag, body: bytes = b"") -> None:
         """Queue a frame that must go out whatever the send buffer holds."""
-        if self._state is not _RUNNING:
+        if self._state is not _RUNNING or self._send_error is not None:
             return
         if flag >= Flag.RESET_RECEIVER:
             self._stats.resets_sent += 1
         out = self._outbuf
+        before = len(out)
         out += encode_uvarint(stream_id << 3 | flag)
         out += encode_uvarint(len(body))
         out += body
+        self._control_pending += len(out) - before
         self._queued(1)
 
     async def _write_loop(self) -> None:
@@ -586,6 +616,7 @@ class Muxer:
                 self._idle_scope = None
             data = self._outbuf
             self._outbuf = bytearray()
+            self._control_pending = 0
             skip, self._trace_skip = self._trace_skip, 0
             if logger.isEnabledFor(logging.DEBUG):  # one check per write, none per frame
                 self._trace_sent(data, skip)
@@ -655,8 +686,8 @@ class Muxer:
                 return
             if not self._consume(data):
                 return
-            if self._over_buffer_limits():
-                await self._wait_for_readers()
+            if self._should_pause():
+                await self._pause()
 
     async def _read_socket_loop(self, sock: trio.socket.SocketType) -> None:
         """The reader over TCP, which hands the read turn to a receiving task.
@@ -666,8 +697,8 @@ class Muxer:
         through this task; meanwhile this task neither reads nor waits on the socket.
         """
         while self._state is _RUNNING:
-            if self._over_buffer_limits():
-                await self._wait_for_readers()
+            if self._should_pause():
+                await self._pause()
             if self._borrower is not None:
                 await self._park_reader()
                 # The task that gave the turn back is usually about to take it again (a
@@ -839,7 +870,9 @@ class Muxer:
             flag = header & 7
             stream = streams.get((header >> 3) << 1 | (flag & 1))
             if flag in {1, 2}:
-                if stream is not None and stream._can_receive:
+                if not body:  # ignored on receipt (spec 5.9): nothing to store or wake
+                    self._ignored()
+                elif stream is not None and stream._can_receive:
                     stream._deliver(body)
                     self._buffered += len(body)
                     if stream._buffered > cap:
@@ -858,14 +891,25 @@ class Muxer:
                     self._dropped(header, stream)
                 elif not (stream._on_remote_reset() if flag >= 5 else stream._on_remote_close()):
                     self._stats.frames_dropped += 1
+                    self._ignored()  # a repeated Close
 
     def _dropped(self, header: int, stream: MplexStream | None) -> None:
         """A frame nobody can use.  Late frames for a stream that finished recently are
         expected (they crossed our close or reset); frames for a stream that never
         existed are spent from the abuse budget."""
         self._stats.frames_dropped += 1
-        if stream is None and (header >> 3) << 1 | (header & 1) not in self._tombstones:
+        if stream is not None:
+            self._ignored()  # data after the peer's own Close, on a live stream
+            return
+        key = (header >> 3) << 1 | (header & 1)
+        if key & 1 and header >> 3 < self._next_id:
+            return  # one of our streams, finished: the peer may still be sending on it
+        if key not in self._tombstones:
             self._spend(self._unknown_budget)
+
+    def _ignored(self) -> None:
+        """A frame that changes nothing on a live stream: cheap, but not free."""
+        self._spend(self._ignored_budget)
 
     def _spend(self, budget: SlidingBudget) -> None:
         if not budget.add(trio.current_time()):
@@ -953,9 +997,7 @@ class Muxer:
         if config.slow_reader_policy == "block-then-reset":
             policy_deadline = started + config.slow_reader_timeout
         stalled_since: float | None = None  # by unaccepted streams only, since when
-        self._reader_blocked = True
-        self._blocked_since = started
-        try:
+        with self._reader_stalled():
             while self._over_buffer_limits():
                 shed_at = float("inf")
                 if self._stalled_by_unaccepted():
@@ -982,10 +1024,39 @@ class Muxer:
                 for stream in victims:
                     self._reset_by_policy(stream)
                 policy_deadline = trio.current_time() + config.slow_reader_timeout
+
+    async def _wait_for_send_room(self) -> None:
+        """Control frames waiting in the send buffer (replies to the peer's input, Closes
+        of the streams it opened) are over ``send_high_water``: read no more until
+        the writer has taken them, so a peer that never reads cannot grow our send
+        buffer.  Only control frames count: pausing for data would let two peers
+        that both send in bulk wait for each other's reads forever."""
+        with self._reader_stalled():
+            while self._control_pending > self._high_water and self._state is _RUNNING:
+                await self._writable_lot.park()
+
+    @contextlib.contextmanager
+    def _reader_stalled(self) -> Iterator[None]:
+        """The reader is not reading: receivers must not read for it (``_can_lend``),
+        and the time counts in ``stats.reader_blocked_seconds``."""
+        started = trio.current_time()
+        self._reader_blocked = True
+        self._blocked_since = started
+        try:
+            yield
         finally:
             self._reader_blocked = False
             self._blocked_since = None
             self._stats.reader_blocked_seconds += trio.current_time() - started
+
+    def _should_pause(self) -> bool:
+        return self._over_buffer_limits() or self._control_pending > self._high_water
+
+    async def _pause(self) -> None:
+        if self._over_buffer_limits():
+            await self._wait_for_readers()
+        if self._control_pending > self._high_water:
+            await self._wait_for_send_room()
 
     def _live_buffers(self) -> list[MplexStream]:
         return [s for s in self._streams.values() if s._buffered]
@@ -1013,8 +1084,18 @@ class Muxer:
     def _remember(self, key: int) -> None:
         tombstones = self._tombstones
         tombstones[key] = None
-        if len(tombstones) > _TOMBSTONES:
+        if len(tombstones) > self._tombstone_limit:
             tombstones.popitem(last=False)
+
+    def _stop_sending(self, error: ConnectionLost | MuxerClosed) -> None:
+        """No more frames may be queued: every send and open raises ``error``."""
+        if self._send_error is not None:
+            return
+        self._send_error = error
+        for stream in list(self._streams.values()):
+            stream._send_side_lost(error)
+        self._slot_lot.unpark_all()
+        self._writable_lot.unpark_all()
 
     def _fail(
         self,
@@ -1033,6 +1114,7 @@ class Muxer:
             stream._connection_lost(error)
         self._outbuf = bytearray()
         self._trace_skip = 0
+        self._control_pending = 0
         for lot in (
             self._accept_lot,
             self._slot_lot,

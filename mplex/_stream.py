@@ -40,6 +40,8 @@ if TYPE_CHECKING:
 
 __all__ = ["MplexStream"]
 
+#: Received pieces shorter than this are merged while unread (see _deliver).
+_MERGE_BELOW = 4096
 _SENDABLE = frozenset({StreamState.OPEN, StreamState.REMOTE_CLOSED})
 _RECEIVABLE = frozenset({StreamState.OPEN, StreamState.LOCAL_CLOSED})
 Buffer = bytes | bytearray | memoryview
@@ -103,7 +105,8 @@ class MplexStream(trio.abc.HalfCloseableStream):
         self._eof = False  # the peer's Close arrived: its data is complete
         self._eof_sent = False  # our Close was queued: sending is over, whatever follows
         self._failure: BaseException | None = None  # why the stream broke, if it did
-        self._chunks: deque[bytes] = deque()
+        self._send_failure: ConnectionLost | MuxerClosed | None = None  # why sends cannot go
+        self._chunks: deque[bytes | bytearray] = deque()
         self._offset = 0  # bytes of _chunks[0] already handed out
         self._buffered = 0  # unread bytes in _chunks
         self._recv_lot = trio.lowlevel.ParkingLot()
@@ -309,7 +312,7 @@ class MplexStream(trio.abc.HalfCloseableStream):
                 raise trio.ClosedResourceError("this stream was closed")
             if self._eof_sent:
                 return  # repeating send_eof is harmless, whatever happened since
-            if self._failure is not None and self._state in _SENDABLE:
+            if (self._failure is not None or self._send_failure is not None) and self._state in _SENDABLE:
                 self._raise_send_error()  # our EOF can no longer reach the peer
             verdict = self._apply(StreamEvent.SEND_CLOSE)
             if verdict is Verdict.OK:
@@ -330,6 +333,8 @@ class MplexStream(trio.abc.HalfCloseableStream):
             raise trio.ClosedResourceError("send_eof() was called on this stream")
         if self._failure is not None:
             raise self._failure_error() from self._failure.__cause__
+        if self._send_failure is not None:
+            raise _fresh(self._send_failure, self.id) from self._send_failure.__cause__
         raise trio.ClosedResourceError("send_eof() was called on this stream")
 
     # -- receiving -------------------------------------------------------------------------
@@ -382,6 +387,7 @@ class MplexStream(trio.abc.HalfCloseableStream):
 
     def _take(self, max_bytes: int | None) -> bytes:
         chunks = self._chunks
+        data: bytes | bytearray
         if max_bytes is None or max_bytes >= self._buffered:
             if len(chunks) == 1:
                 data = chunks[0][self._offset :] if self._offset else chunks[0]
@@ -407,13 +413,27 @@ class MplexStream(trio.abc.HalfCloseableStream):
                     self._offset += wanted
                     wanted = 0
             data = pieces[0] if len(pieces) == 1 else b"".join(pieces)
+        if type(data) is not bytes:
+            data = bytes(data)  # a merged chunk (see _deliver)
         self._buffered -= len(data)
         self._muxer._released(self, len(data))
         return data
 
     def _deliver(self, data: bytes) -> None:
-        """Called by the muxer's reader for each (possibly merged) Message frame."""
-        self._chunks.append(data)
+        """Called by the muxer's reader for each (possibly merged) Message frame.
+
+        Small pieces that pile up unread are merged into one chunk of up to
+        ``_MERGE_BELOW`` bytes, so unread data costs about its size in memory, not an
+        object per frame (a peer sending one byte per read would otherwise make the
+        buffer limits count a twentieth of what is held)."""
+        chunks = self._chunks
+        if chunks and len(data) < _MERGE_BELOW and len(chunks[-1]) < _MERGE_BELOW:
+            last = chunks[-1]
+            if type(last) is bytes:
+                last = chunks[-1] = bytearray(last)
+            last += data
+        else:
+            chunks.append(data)
         self._buffered += len(data)
         self._wake_receiver()
 
@@ -511,6 +531,13 @@ class MplexStream(trio.abc.HalfCloseableStream):
         self._failure = error
         self._refresh()
 
+    def _send_side_lost(self, error: ConnectionLost | MuxerClosed) -> None:
+        """Nothing more can be sent on this connection (the muxer is closing);
+        receiving goes on until the connection ends."""
+        if self._send_failure is None:
+            self._send_failure = error
+            self._refresh()
+
     # -- state -----------------------------------------------------------------------------
 
     def _flag(self, initiator_flag: Flag) -> Flag:
@@ -524,7 +551,9 @@ class MplexStream(trio.abc.HalfCloseableStream):
     def _refresh(self) -> None:
         """Recompute the derived flags, wake whoever must re-check, let go when finished."""
         alive = self._failure is None
-        self._can_send = alive and not self._closed_locally and self._state in _SENDABLE
+        self._can_send = (
+            alive and self._send_failure is None and not self._closed_locally and self._state in _SENDABLE
+        )
         self._can_receive = (
             alive and not self._closed_locally and not self._eof and self._state in _RECEIVABLE
         )
@@ -537,14 +566,18 @@ class MplexStream(trio.abc.HalfCloseableStream):
 
     def _failure_error(self) -> BaseException:
         """A fresh exception describing the failure (each raise gets its own traceback)."""
-        failure = self._failure
-        if isinstance(failure, StreamReset):
-            return StreamReset(str(failure), stream_id=self.id, by_peer=failure.by_peer)
-        if isinstance(failure, ConnectionLost):
-            return ConnectionLost(str(failure), reason=failure.reason)
-        if isinstance(failure, MuxerClosed):
-            return MuxerClosed(str(failure))
-        return trio.ClosedResourceError("this stream was closed")
+        return _fresh(self._failure, self.id)
 
     def _failure_cause(self) -> BaseException | None:
         return self._failure.__cause__ if self._failure is not None else None
+
+
+def _fresh(failure: BaseException | None, stream_id: int) -> BaseException:
+    """A fresh copy of ``failure`` to raise (each raise gets its own traceback)."""
+    if isinstance(failure, StreamReset):
+        return StreamReset(str(failure), stream_id=stream_id, by_peer=failure.by_peer)
+    if isinstance(failure, ConnectionLost):
+        return ConnectionLost(str(failure), reason=failure.reason)
+    if isinstance(failure, MuxerClosed):
+        return MuxerClosed(str(failure))
+    return trio.ClosedResourceError("this stream was closed")

@@ -206,25 +206,16 @@ async def raw_pair(
         yield muxer, RawPeer(b)
 
 
-class CountingStream(trio.abc.Stream):
+class CountingStream(PlainStream):
     """Wraps a transport and counts its ``send_all`` calls: how well writes coalesce."""
 
     def __init__(self, inner: trio.abc.Stream) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.writes: list[int] = []
 
     async def send_all(self, data: bytes | bytearray | memoryview) -> None:
         self.writes.append(len(data))
         await self.inner.send_all(data)
-
-    async def wait_send_all_might_not_block(self) -> None:
-        await self.inner.wait_send_all_might_not_block()
-
-    async def receive_some(self, max_bytes: int | None = None) -> bytes | bytearray:
-        return await self.inner.receive_some(max_bytes)
-
-    async def aclose(self) -> None:
-        await self.inner.aclose()
 
 
 async def settle() -> None:

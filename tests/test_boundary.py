@@ -218,14 +218,6 @@ class TestHowAConnectionEnds:
             assert info.value.__cause__ is None
             assert muxer.end_reason is mplex.EndReason.PEER_CLOSED
 
-    async def test_a_protocol_error_ends_async_for_and_keeps_the_cause(self) -> None:
-        async with raw_pair() as (muxer, peer):
-            await peer.send(b"GET / HTTP/1.1\r\n\r\n")
-            assert [s async for s in muxer] == []
-            assert muxer.end_reason is mplex.EndReason.PROTOCOL_ERROR
-            assert isinstance(muxer.end_error, mplex.ConnectionLost)
-            assert isinstance(muxer.end_error.__cause__, mplex.ProtocolError)
-
 
 class TestOutboundSlots:
     async def test_our_own_close_frees_the_slot_without_waiting_for_the_peer(self) -> None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import logging
 import os
@@ -401,7 +402,10 @@ async def run_client(args: argparse.Namespace) -> None:
     client = Client(args.impl, args.port)
     if args.impl == "mplex":
         transport = await client.connect()
-        async with mplex.open_muxer(transport, MANY_STREAMS) as muxer:
+        config = MANY_STREAMS
+        if args.frame_size:
+            config = dataclasses.replace(config, max_send_frame_size=args.frame_size)
+        async with mplex.open_muxer(transport, config) as muxer:
             client.muxer = muxer
             result = await CASES[args.case](client, args)
     else:
@@ -440,6 +444,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--size", type=int, default=32)
     parser.add_argument("--streams", type=int, default=1)
     parser.add_argument("--per-request", type=int, default=0, help="reqresp over raw TCP: a connection each")
+    parser.add_argument("--frame-size", type=int, default=0, help="Config.max_send_frame_size (0: default)")
     parser.add_argument("--ready-file")
     parser.add_argument("--log-level", help="configure logging at this level (cost of tracing checks)")
     args = parser.parse_args(argv)

@@ -126,6 +126,12 @@ def targets() -> list[Target]:
             for size in ("64 KiB", "1 MiB", "16 MiB", "16 MiB x 64")
         ],
         faster(
+            "bulk 1 MiB in 512 B frames vs raw trio socket (throughput)",
+            ("bulk 1 MiB, 512 B frames", "mplex"),
+            ("bulk 1 MiB, 512 B frames", "raw trio socket"),
+            0.25,
+        ),
+        faster(
             "1 GiB in 16 MiB sends vs one 16 MiB send (throughput)",
             ("bulk 16 MiB x 64", "mplex"),
             ("bulk 16 MiB", "mplex"),

@@ -95,6 +95,18 @@ def cases(quick: bool, only: set[str]) -> list[Case]:
             ]
         ],
         Case(
+            "bulk 1 MiB, 512 B frames",
+            f"{max(2, 256 // scale)} MiB in 1 MiB sends on one stream, Config.max_send_frame_size=512",
+            [
+                Run(
+                    "mplex",
+                    "mplex",
+                    {"case": "bulk", "size": MIB, "count": max(2, 256 // scale), "frame-size": 512},
+                ),
+                Run("raw trio socket", "raw", {"case": "bulk", "size": MIB, "count": max(2, 256 // scale)}),
+            ],
+        ),
+        Case(
             "fan-out",
             f"100 streams x {1024 // scale} KiB in 1 KiB sends, concurrently",
             [
