@@ -31,6 +31,7 @@ def test_quick_suite_produces_every_case_and_baseline(tmp_path: pathlib.Path) ->
     assert ("32B", "js-libp2p mplex") in labels
     assert ("32B", "py-libp2p mplex (10.5 MB)") in labels
     assert ("fan-out", "js-libp2p mplex") in labels
-    assert len(saved["cases"]) == 11
+    assert ("bulk 1 MiB, 512 B frames", "mplex") in labels
+    assert len(saved["cases"]) == 12
     assert "Targets (issue 3):" in result.stdout
     assert "more targets need" not in result.stdout  # every target was measured
