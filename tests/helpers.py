@@ -8,7 +8,7 @@ import json
 import pathlib
 import socket
 import ssl
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -70,13 +70,20 @@ async def memory_transport() -> AsyncIterator[tuple[trio.abc.Stream, trio.abc.St
 
 
 @contextlib.asynccontextmanager
-async def tcp_transport() -> AsyncIterator[tuple[trio.abc.Stream, trio.abc.Stream]]:
-    a, b = await tcp_streams()
+async def _closing_pair(
+    make: Callable[[], Awaitable[tuple[trio.abc.Stream, trio.abc.Stream]]],
+) -> AsyncIterator[tuple[trio.abc.Stream, trio.abc.Stream]]:
+    """Both ends from ``make()``, closed on exit."""
+    a, b = await make()
     try:
         yield a, b
     finally:
-        await a.aclose()
-        await b.aclose()
+        await trio.aclose_forcefully(a)
+        await trio.aclose_forcefully(b)
+
+
+def tcp_transport() -> contextlib.AbstractAsyncContextManager[tuple[trio.abc.Stream, trio.abc.Stream]]:
+    return _closing_pair(tcp_streams)
 
 
 class PlainStream(trio.abc.Stream):
@@ -126,14 +133,8 @@ async def tls_streams() -> tuple[trio.SSLStream[trio.abc.Stream], trio.SSLStream
     )
 
 
-@contextlib.asynccontextmanager
-async def tls_transport() -> AsyncIterator[tuple[trio.abc.Stream, trio.abc.Stream]]:
-    a, b = await tls_streams()
-    try:
-        yield a, b
-    finally:
-        await trio.aclose_forcefully(a)
-        await trio.aclose_forcefully(b)
+def tls_transport() -> contextlib.AbstractAsyncContextManager[tuple[trio.abc.Stream, trio.abc.Stream]]:
+    return _closing_pair(tls_streams)
 
 
 #: Every transport the behaviour tests claim: name -> a context manager of both ends.
