@@ -38,7 +38,8 @@ class Config:
     * ``accept_grace``: seconds unaccepted streams may hold up the reader (0.1).
     * ``max_stream_name_size``: bytes of a peer's stream name kept (1024).
     * ``max_flush_delay``: longest a frame waits when the program never idles (2 ms).
-    * ``close_timeout``: seconds ``aclose()`` may spend flushing (5).
+    * ``close_timeout``: seconds ``aclose()`` may spend flushing, and that the input
+      may stay silent after a failed write before the connection ends (5).
     * ``abuse_window``, ``max_unknown_stream_frames``, ``max_refused_streams``,
       ``max_resets_received``, ``max_ignored_frames``: abuse budgets per sliding window
       (10 s; 1,000; 1,000; 10,000; 10,000); going over one closes the connection with

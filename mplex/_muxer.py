@@ -59,6 +59,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+import math
 import os
 import time
 from collections import OrderedDict, deque
@@ -260,6 +261,8 @@ class Muxer:
         self._own_run: contextlib.AbstractAsyncContextManager[Muxer] | None = None
         # Set once nothing more may be queued (aclose() began).
         self._send_error: ConnectionLost | MuxerClosed | None = None
+        # Set once a write failed: its deadline bounds the wait for the input to end.
+        self._linger_scope: trio.CancelScope | None = None
         self._blocked_since: float | None = None
         #: A label for this connection in log lines: a sequence number and, when the
         #: transport is a socket (or TLS over one), the peer's address.
@@ -526,6 +529,7 @@ class Muxer:
         return (
             self._direct_socket is not None
             and self._state is _RUNNING
+            and self._send_error is None
             and not logger.isEnabledFor(logging.DEBUG)  # the writer traces frames
         )
 
@@ -623,14 +627,39 @@ class Muxer:
             self._writing = True
             try:
                 await send_all(data)
-            except Exception as exc:  # any failure of any transport: the connection is lost
-                self._fail(ConnectionLost("the transport failed while sending"), cause=exc)
+            except Exception as exc:  # any failure of any transport: the send side is lost
+                self._writing = False
+                await self._linger(exc)
                 return
             finally:
                 self._writing = False
             self._sent(len(data))
             if self._writable_lot:
                 self._writable_lot.unpark_all()
+
+    async def _linger(self, cause: Exception) -> None:
+        """A write failed: end the send side, and let the reader deliver what the
+        transport still hands over (a peer that sent everything and hung up).  The
+        connection ends when the input does, or once the transport has delivered
+        nothing for ``Config.close_timeout`` while the reader waited on it."""
+        error = ConnectionLost("the transport failed while sending")
+        error.__cause__ = cause
+        self._stop_sending(error)
+        self._outbuf = bytearray()
+        self._trace_skip = 0
+        self._control_pending = 0
+        self._linger_scope = trio.CancelScope()
+        self._input_progressed(waiting=not self._reader_blocked)
+        with self._linger_scope:
+            await trio.sleep_forever()
+        self._fail(ConnectionLost(str(error)), cause=cause)
+
+    def _input_progressed(self, *, waiting: bool = True) -> None:
+        """After a failed write: restart the wait for the input to end (none while
+        the reader is held up by our own buffers)."""
+        if self._linger_scope is not None:
+            waited = self.config.close_timeout if waiting else math.inf
+            self._linger_scope.deadline = trio.current_time() + waited
 
     def _trace(self, direction: str, frames: list[RawFrame]) -> None:
         """Log frames at DEBUG (received Message frames of one stream arrive merged)."""
@@ -836,8 +865,11 @@ class Muxer:
         if self._state is not _RUNNING:
             return False
         if not data:
-            self._fail(ConnectionLost("the peer closed the connection", reason=EndReason.PEER_CLOSED))
+            if not self._ended_by_failed_write():
+                self._fail(ConnectionLost("the peer closed the connection", reason=EndReason.PEER_CLOSED))
             return False
+        if self._linger_scope is not None:
+            self._input_progressed()
         stats = self._stats
         stats.bytes_received += len(data)
         try:
@@ -858,7 +890,16 @@ class Muxer:
         return True
 
     def _receive_failed(self, exc: BaseException) -> None:
-        self._fail(ConnectionLost("the transport failed while receiving"), cause=exc)
+        if not self._ended_by_failed_write():
+            self._fail(ConnectionLost("the transport failed while receiving"), cause=exc)
+
+    def _ended_by_failed_write(self) -> bool:
+        """The input ended after a write had failed: that failure is the reason."""
+        error = self._send_error
+        if self._linger_scope is None or error is None:
+            return False
+        self._fail(ConnectionLost(str(error)), cause=error.__cause__)
+        return True
 
     def _over_buffer_limits(self) -> bool:
         return bool(self._overfull) or self._buffered > self.config.max_connection_buffer
@@ -931,6 +972,8 @@ class Muxer:
             return
         self._tombstones.pop(key, None)
         stream = MplexStream(self, stream_id, name[: config.max_stream_name_size], is_initiator=False)
+        if self._send_error is not None:
+            stream._send_side_lost(self._send_error)
         self._streams[key] = stream
         self._inbound += 1
         self._backlog.append(stream)
@@ -1042,11 +1085,13 @@ class Muxer:
         started = trio.current_time()
         self._reader_blocked = True
         self._blocked_since = started
+        self._input_progressed(waiting=False)
         try:
             yield
         finally:
             self._reader_blocked = False
             self._blocked_since = None
+            self._input_progressed()
             self._stats.reader_blocked_seconds += trio.current_time() - started
 
     def _should_pause(self) -> bool:

@@ -100,9 +100,10 @@ class TestNothingHalfMadeReachesTheWire:
             else:
                 stream.send_nowait(data)
             await stream.send_eof()
-            assert await read_all(await right.accept_stream()) == b"x" * len(make()) + memoryview(
-                make()
-            ).tobytes()
+            assert (
+                await read_all(await right.accept_stream())
+                == b"x" * len(make()) + memoryview(make()).tobytes()
+            )
 
 
 class TestUnstartedMuxer:

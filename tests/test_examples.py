@@ -142,9 +142,7 @@ def test_request_response_answers_every_request() -> None:
 def test_slow_reader_policies_behave_as_documented() -> None:
     lines = run("slow_reader.py").splitlines()
     assert re.fullmatch(r"block +A: all 400000 bytes arrived; B: echo of b'ping' waited behind A", lines[0])
-    assert re.fullmatch(
-        r"reset +A: reset after 0 bytes \(our policy\); B: echo of b'ping' at once", lines[1]
-    )
+    assert re.fullmatch(r"reset +A: reset after 0 bytes \(our policy\); B: echo of b'ping' at once", lines[1])
     assert re.fullmatch(
         r"block-then-reset +A: reset after 0 bytes \(our policy\); B: echo of b'ping' waited behind A",
         lines[2],

@@ -151,20 +151,6 @@ class TestTransportEnds:
                 errors[0].__cause__, trio.BrokenResourceError
             )
 
-    async def test_a_failing_transport_write_is_reported_with_its_cause(self) -> None:
-        a, _b = trio.testing.memory_stream_pair()
-
-        async def fail() -> None:
-            raise trio.BrokenResourceError("cable cut")
-
-        a.send_stream.send_all_hook = fail
-        async with mplex.open_muxer(a) as muxer:
-            stream = await muxer.open_stream()
-            await stream.send_all(b"x")
-            with pytest.raises(mplex.ConnectionLost) as info:
-                await stream.receive_some()
-            assert str(info.value.__cause__) == "cable cut"
-
 
 class TestCancellation:
     async def test_a_cancelled_send_all_leaves_only_whole_frames(self) -> None:
