@@ -14,13 +14,14 @@ MIN_VENV := .venv-trio-min
 # one pinned npm install.
 JS_DIR := tests/interop
 JS_STAMP := $(JS_DIR)/node_modules/.installed
-# py-libp2p (the benchmark baseline) lives in its own venv: it brings ~70 packages,
-# among them trio-typing, whose stale stubs would shadow trio's own types for mypy.
+# py-libp2p (the benchmark baseline, and the hosts the tests in tests/libp2p run
+# mplex.libp2p in) lives in its own venv: it brings ~70 packages, among them
+# trio-typing, whose stale stubs would shadow trio's own types for mypy.
 BENCH_VENV := .venv-bench
 BENCH_STAMP := $(BENCH_VENV)/.installed
 export MPLEX_BENCH_PYLIBP2P_PYTHON := $(abspath $(BENCH_VENV))/bin/python
 
-.PHONY: test test-full test-min lint bench bench-quick clean
+.PHONY: test test-full test-min test-libp2p lint bench bench-quick clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -42,16 +43,24 @@ $(JS_STAMP): $(JS_DIR)/package.json $(JS_DIR)/package-lock.json
 $(BENCH_STAMP): pyproject.toml
 	$(PYTHON) -m venv $(BENCH_VENV)
 	$(BENCH_VENV)/bin/python -m pip install -q --upgrade pip
-	$(BENCH_VENV)/bin/python -m pip install -q -e '.[bench]'
+	$(BENCH_VENV)/bin/python -m pip install -q -e '.[libp2p,bench]' \
+		pytest==9.2.0 pytest-trio==0.8.0 trustme==1.2.1
 	touch $@
 
 test: lint $(STAMP) $(JS_STAMP) $(BENCH_STAMP)
 	$(BIN)/python -m pytest
+	$(MAKE) test-libp2p
 	$(MAKE) test-min
+
+# mplex.libp2p inside py-libp2p hosts: needs py-libp2p, so it runs in its venv (where a
+# missing py-libp2p, node or npm install fails the run).
+test-libp2p: $(BENCH_STAMP) $(JS_STAMP)
+	MPLEX_LIBP2P_TESTS=1 $(BENCH_VENV)/bin/python -m pytest -q -p no:cacheprovider tests/libp2p
 
 # The long versions: the 30-second soak and the 100,000-stream churn.
 test-full: lint $(STAMP) $(JS_STAMP) $(BENCH_STAMP)
 	MPLEX_FULL=1 $(BIN)/python -m pytest
+	$(MAKE) test-libp2p
 
 # The suite once more on the oldest supported trio.  The benchmark-harness test is
 # left out here: it checks the harness and its peers, not trio compatibility, and the

@@ -1,4 +1,4 @@
-"""The sans-IO core never imports trio."""
+"""The sans-IO core never imports trio; ``import mplex`` never imports py-libp2p."""
 
 from __future__ import annotations
 
@@ -31,6 +31,14 @@ def test_sans_io_modules_do_not_import_trio() -> None:
         f"for mod in {SANS_IO!r}:\n"
         "    importlib.import_module(mod)\n"
         "print(sorted(n for n in sys.modules if n == 'trio' or n.startswith('trio.')))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stdout
+
+
+def test_import_mplex_imports_neither_mplex_libp2p_nor_py_libp2p() -> None:
+    code = (
+        "import sys, mplex; print(sorted(n for n in sys.modules if n.startswith(('mplex.libp2p', 'libp2p'))))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]", out.stdout

@@ -1,0 +1,33 @@
+"""This mplex inside py-libp2p hosts (needs the ``libp2p`` extra).
+
+``pip install 'trio-mplex[libp2p]'``, then::
+
+    host = libp2p.new_host(muxer_opt=mplex.libp2p.muxer_options())
+
+``import mplex`` never imports this module, nor py-libp2p.
+
+* ``MplexMuxedConn``: py-libp2p's ``IMuxedConn`` over ``mplex.Muxer``;
+  ``MplexMuxedConn.configured(config)`` binds a non-default ``mplex.Config``.
+* ``MplexMuxedStream``: py-libp2p's ``IMuxedStream`` over ``mplex.MplexStream``.
+* ``SecuredConnectionStream``: a ``trio.abc.Stream`` over py-libp2p's secured
+  connection, for other trio protocols.
+* ``muxer_options(config=None)``: the mapping for ``new_host(muxer_opt=...)``.
+"""
+
+from __future__ import annotations
+
+from ._conn import MplexMuxedConn as MplexMuxedConn
+from ._conn import muxer_options as muxer_options
+from ._stream import MplexMuxedStream as MplexMuxedStream
+from ._stream import StreamResetWhileWriting as StreamResetWhileWriting
+from ._transport import MAX_SECURE_MESSAGE as MAX_SECURE_MESSAGE
+from ._transport import SecuredConnectionStream as SecuredConnectionStream
+
+__all__ = [
+    "MAX_SECURE_MESSAGE",
+    "MplexMuxedConn",
+    "MplexMuxedStream",
+    "SecuredConnectionStream",
+    "StreamResetWhileWriting",
+    "muxer_options",
+]
