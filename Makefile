@@ -19,6 +19,8 @@ JS_STAMP := $(JS_DIR)/node_modules/.installed
 # trio-typing, whose stale stubs would shadow trio's own types for mypy.
 BENCH_VENV := .venv-bench
 BENCH_STAMP := $(BENCH_VENV)/.installed
+SUITE_DIR := .cache/pylibp2p
+SUITE_STAMP := $(SUITE_DIR)/.installed
 export MPLEX_BENCH_PYLIBP2P_PYTHON := $(abspath $(BENCH_VENV))/bin/python
 
 .PHONY: test test-full test-min test-libp2p lint bench bench-quick clean
@@ -54,8 +56,17 @@ test: lint $(STAMP) $(JS_STAMP) $(BENCH_STAMP)
 
 # mplex.libp2p inside py-libp2p hosts: needs py-libp2p, so it runs in its venv (where a
 # missing py-libp2p, node or npm install fails the run).
-test-libp2p: $(BENCH_STAMP) $(JS_STAMP)
+test-libp2p: $(BENCH_STAMP) $(JS_STAMP) $(SUITE_STAMP)
 	MPLEX_LIBP2P_TESTS=1 $(BENCH_VENV)/bin/python -m pytest -q -p no:cacheprovider tests/libp2p
+
+# py-libp2p's own tests (its sdist ships them), run by tests/libp2p/test_pylibp2p_suite.py
+# with our mplex in place of its own.  Its test dependencies are pinned here.
+$(SUITE_STAMP): $(BENCH_STAMP)
+	rm -rf $(SUITE_DIR) && mkdir -p $(SUITE_DIR)
+	$(BENCH_VENV)/bin/python -m pip download -q --no-deps --no-binary :all: -d $(SUITE_DIR) libp2p==0.8.1
+	tar -xzf $(SUITE_DIR)/libp2p-0.8.1.tar.gz -C $(SUITE_DIR) libp2p-0.8.1/tests libp2p-0.8.1/pyproject.toml
+	$(BENCH_VENV)/bin/python -m pip install -q factory-boy==2.12.0 pytest-mock==3.15.1 pytest-timeout==2.4.0
+	touch $@
 
 # The long versions: the 30-second soak and the 100,000-stream churn.
 test-full: lint $(STAMP) $(JS_STAMP) $(BENCH_STAMP)
@@ -81,4 +92,4 @@ bench-quick: $(STAMP) $(JS_STAMP) $(BENCH_STAMP)
 	$(BIN)/python -m benchmarks --quick --require-baselines
 
 clean:
-	rm -rf $(VENV) $(MIN_VENV) $(BENCH_VENV) $(JS_DIR)/node_modules .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(MIN_VENV) $(BENCH_VENV) $(JS_DIR)/node_modules .cache .pytest_cache .mypy_cache .ruff_cache

@@ -1,17 +1,22 @@
-"""Writes the README's interop matrix from the results of tests/test_interop.py.
+"""Writes the README's interop matrices from what the tests saw.
 
-Each interop test carries ``@pytest.mark.interop("<scenario>")`` and runs once per
-peer and role.  When a run includes every one of them, the table between the
-README's ``interop-matrix`` markers is replaced by what this run saw, so the matrix
-can only say what the tests proved.
+An interop test carries ``@pytest.mark.interop("<scenario>")`` (tests/test_interop.py:
+our muxer against js-libp2p's and py-libp2p's, once per peer and role) or
+``@pytest.mark.host_interop("<scenario>")`` (tests/libp2p: py-libp2p hosts running
+``mplex.libp2p``).  When a run includes every test of a matrix, the table between
+that matrix's README markers is replaced by what this run saw, so a matrix can only
+say what the tests proved.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -24,65 +29,115 @@ if not os.environ.get("MPLEX_LIBP2P_TESTS"):
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
-START = "<!-- interop-matrix:start -->"
-END = "<!-- interop-matrix:end -->"
+LOCK = ROOT / "tests" / "interop" / "package-lock.json"
 
-# nodeid -> (scenario, peer, role); nodeid -> outcome
-_cells: dict[str, tuple[str, str, str]] = {}
-_outcomes: dict[str, str] = {}
+#: The columns of the host matrix, from a test's parameters.
+HOST_PAIRINGS = {
+    "ours-ours": "ours both sides",
+    "ours-dials-theirs": "we dial py-libp2p's mplex",
+    "theirs-dials-ours": "py-libp2p's mplex dials us",
+}
+
+
+def _js_versions(*names: str) -> str:
+    lock = json.loads(LOCK.read_text())["packages"]
+    return ", ".join(f"`{name}` {lock[f'node_modules/{name}']['version']}" for name in names)
+
+
+def _libp2p_pin() -> str:
+    return re.findall(r'"(libp2p==[^"]+)"', (ROOT / "pyproject.toml").read_text())[0]
+
+
+def _peer_column(params: dict[str, Any]) -> str:
+    return f"{params['peer']}, {params['role']}"
+
+
+def _host_column(params: dict[str, Any]) -> str:
+    if "pairing" in params:
+        return f"{params['security']}, {HOST_PAIRINGS[params['pairing']]}"
+    return "js-libp2p node, we dial" if params["dialer"] == "python" else "js-libp2p node, it dials"
+
+
+@dataclasses.dataclass
+class Matrix:
+    marker: str
+    name: str  # the README markers are <!-- {name}:start --> and <!-- {name}:end -->
+    column: Callable[[dict[str, Any]], str]
+    caption: Callable[[], str]
+    columns: list[str] = dataclasses.field(default_factory=list)
+    cells: dict[str, tuple[str, str]] = dataclasses.field(default_factory=dict)  # nodeid -> (row, column)
+    outcomes: dict[str, str] = dataclasses.field(default_factory=dict)
+
+    def render(self) -> str:
+        rows = list(dict.fromkeys(row for row, _ in self.cells.values()))
+        table = {cell: self.outcomes[nodeid] for nodeid, cell in self.cells.items()}
+        lines = [self.caption(), "", "| scenario | " + " | ".join(self.columns) + " |"]
+        lines.append("|---|" + "---|" * len(self.columns))
+        lines += [
+            f"| {row} | " + " | ".join(table.get((row, c), "n/a") for c in self.columns) + " |"
+            for row in rows
+        ]
+        return "\n".join(lines)
+
+    def replace_in(self, readme: str) -> str:
+        start_marker, end_marker = f"<!-- {self.name}:start -->", f"<!-- {self.name}:end -->"
+        start, end = readme.index(start_marker) + len(start_marker), readme.index(end_marker)
+        return readme[:start] + "\n" + self.render() + "\n" + readme[end:]
+
+
+MATRICES = [
+    Matrix(
+        "interop",
+        "interop-matrix",
+        _peer_column,
+        lambda: (
+            "Written by the last complete run of `tests/test_interop.py` (js-libp2p: "
+            f"{_js_versions('@libp2p/mplex', '@libp2p/multistream-select')}; py-libp2p: `{_libp2p_pin()}`)."
+        ),
+        columns=[f"{peer}, {role}" for peer in PEERS for role in ROLES],
+    ),
+    Matrix(
+        "host_interop",
+        "host-matrix",
+        _host_column,
+        lambda: (
+            "Written by the last complete run of `tests/libp2p` (py-libp2p hosts: "
+            f"`{_libp2p_pin()}`; js-libp2p node: "
+            f"{_js_versions('libp2p', '@libp2p/mplex', '@chainsafe/libp2p-noise', '@libp2p/tcp')})."
+        ),
+    ),
+]
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        mark = item.get_closest_marker("interop")
         callspec = getattr(item, "callspec", None)
-        if mark is not None and callspec is not None:
-            _cells[item.nodeid] = (mark.args[0], callspec.params["peer"], callspec.params["role"])
+        for matrix in MATRICES:
+            mark = item.get_closest_marker(matrix.marker)
+            if mark is not None and callspec is not None:
+                column = matrix.column(callspec.params)
+                if column not in matrix.columns:
+                    matrix.columns.append(column)
+                row = mark.args[0].format(**callspec.params)  # a row may name parameters
+                matrix.cells[item.nodeid] = (row, column)
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    if report.nodeid not in _cells:
-        return
-    if report.failed:
-        _outcomes[report.nodeid] = "FAIL"
-    elif report.skipped:
-        _outcomes[report.nodeid] = "skipped"
-    elif report.when == "call":
-        _outcomes.setdefault(report.nodeid, "pass")
+    for matrix in MATRICES:
+        if report.nodeid not in matrix.cells:
+            continue
+        if report.failed:
+            matrix.outcomes[report.nodeid] = "FAIL"
+        elif report.skipped:
+            matrix.outcomes[report.nodeid] = "skipped"
+        elif report.when == "call":
+            matrix.outcomes.setdefault(report.nodeid, "pass")
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
-    if not _cells or set(_outcomes) != set(_cells):
-        return  # a partial run (-k, -x, a subset of files) proves too little to publish
-    README.write_text(replace_matrix(README.read_text(), render_matrix()))
-
-
-def peer_versions() -> str:
-    lock = json.loads((ROOT / "tests" / "interop" / "package-lock.json").read_text())["packages"]
-    js = ", ".join(
-        f"`{name}` {lock[f'node_modules/{name}']['version']}"
-        for name in ("@libp2p/mplex", "@libp2p/multistream-select")
-    )
-    pins = re.findall(r'"(libp2p==[^"]+)"', (ROOT / "pyproject.toml").read_text())
-    return f"js-libp2p: {js}; py-libp2p: `{pins[0]}`"
-
-
-def render_matrix() -> str:
-    columns = [(peer, role) for peer in PEERS for role in ROLES]
-    scenarios = list(dict.fromkeys(scenario for scenario, _, _ in _cells.values()))
-    table = {(cell[0], cell[1], cell[2]): _outcomes[nodeid] for nodeid, cell in _cells.items()}
-    lines = [
-        f"Written by the last complete run of `tests/test_interop.py` ({peer_versions()}).",
-        "",
-        "| scenario | " + " | ".join(f"{peer}, {role}" for peer, role in columns) + " |",
-        "|---|" + "---|" * len(columns),
-    ]
-    for scenario in scenarios:
-        cells = [table.get((scenario, peer, role), "n/a") for peer, role in columns]
-        lines.append(f"| {scenario} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
-
-
-def replace_matrix(readme: str, matrix: str) -> str:
-    start, end = readme.index(START) + len(START), readme.index(END)
-    return readme[:start] + "\n" + matrix + "\n" + readme[end:]
+    readme = README.read_text()
+    for matrix in MATRICES:
+        # A partial run (-k, -x, a subset of files) proves too little to publish.
+        if matrix.cells and set(matrix.outcomes) == set(matrix.cells):
+            readme = matrix.replace_in(readme)
+    README.write_text(readme)

@@ -32,6 +32,8 @@ def test_quick_suite_produces_every_case_and_baseline(tmp_path: pathlib.Path) ->
     assert ("32B", "py-libp2p mplex (10.5 MB)") in labels
     assert ("fan-out", "js-libp2p mplex") in labels
     assert ("bulk 1 MiB, 512 B frames", "mplex") in labels
-    assert len(saved["cases"]) == 12
+    assert ("host 32B", "py-libp2p host, our mplex") in labels
+    assert ("host latency", "js-libp2p node pair, mplex") in labels
+    assert len(saved["cases"]) == 15
     assert "Targets (issue 3):" in result.stdout
     assert "more targets need" not in result.stdout  # every target was measured

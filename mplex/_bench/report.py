@@ -153,10 +153,73 @@ def targets() -> list[Target]:
             "x",
         ),
         ("fairness: ping p99 during a 256 MiB transfer", fairness, "max", " ms"),
+        *host_targets(faster, time_ratio),
         ("peak RSS per process, 32 B case", rss_32, "max", " MiB"),
         ("RSS per idle open stream", idle, "max", " KiB"),
     ]
     return found
+
+
+OURS_IN_A_HOST = "py-libp2p host, our mplex"
+JS_NODE_PAIR = "js-libp2p node pair, mplex"
+
+
+def host_targets(
+    faster: Callable[[str, tuple[str, str], tuple[str, str], float], Target],
+    time_ratio: Callable[[str, str, str, str, float], Measure],
+) -> list[Target]:
+    """Targets of the py-libp2p host cases (TCP + noise, two processes)."""
+
+    def labelled(case: str, prefix: str) -> Callable[[Sequence[CaseLike]], tuple[float, float] | None]:
+        # py-libp2p's own muxers run a smaller size, named in their label.
+        def measure(s: Sequence[CaseLike]) -> tuple[float, float] | None:
+            for c in s:
+                for label in c.results if c.name == case else ():
+                    if label.startswith(prefix):
+                        mine, base = _throughput(s, case, OURS_IN_A_HOST), _throughput(s, case, label)
+                        return None if mine is None or not base else (mine / base, 6.0)
+            return None
+
+        return measure
+
+    return [
+        (
+            "host 32 B writes vs py-libp2p's own mplex (throughput)",
+            labelled("host 32B", "py-libp2p host, its mplex"),
+            "min",
+            "x",
+        ),
+        (
+            "host 32 B writes vs py-libp2p's own yamux (throughput)",
+            labelled("host 32B", "py-libp2p host, its yamux"),
+            "min",
+            "x",
+        ),
+        faster(
+            "host 32 B writes vs a js-libp2p node pair (throughput)",
+            ("host 32B", OURS_IN_A_HOST),
+            ("host 32B", JS_NODE_PAIR),
+            1.0,
+        ),
+        faster(
+            "host 100 x 100 KB echo vs a js-libp2p node pair (throughput)",
+            ("host echo", OURS_IN_A_HOST),
+            ("host echo", JS_NODE_PAIR),
+            2.0,
+        ),
+        (
+            "host latency p50 vs a js-libp2p node pair",
+            time_ratio("host latency", OURS_IN_A_HOST, JS_NODE_PAIR, "p50_us", 1.2),
+            "max",
+            "x",
+        ),
+        (
+            "host latency p50 vs py-libp2p's own mplex",
+            time_ratio("host latency", OURS_IN_A_HOST, "py-libp2p host, its mplex", "p50_us", 1.0),
+            "max",
+            "x",
+        ),
+    ]
 
 
 def evaluate(suite: Sequence[CaseLike]) -> list[tuple[str, str, str, str]]:

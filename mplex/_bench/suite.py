@@ -39,7 +39,7 @@ class Run:
     """One way of running a case: an implementation and its arguments."""
 
     label: str
-    impl: str  # mplex | raw | floor | memory | checkpoint | js | pylibp2p
+    impl: str  # mplex | raw | floor | memory | checkpoint | js | pylibp2p | host-{ours,mplex,yamux,js}
     args: dict[str, Any]
     metric: str = "seconds"  # which client field the case reports
 
@@ -179,6 +179,7 @@ def cases(quick: bool, only: set[str]) -> list[Case]:
                 )
             ],
         ),
+        *host_cases(scale),
         Case(
             "idle streams",
             f"RSS growth per idle open stream, {10_000 // scale} streams",
@@ -195,13 +196,57 @@ def cases(quick: bool, only: set[str]) -> list[Case]:
     return [c for c in all_cases if not only or c.name in only]
 
 
+def host_cases(scale: int) -> list[Case]:
+    """py-libp2p hosts over TCP + noise (ours through ``mplex.libp2p``, py-libp2p's own
+    mplex and yamux) and a js-libp2p node pair, each in two processes."""
+    n32 = 327_680 // scale  # 10.5 MB in 32 B writes (105 KB when --quick)
+    small = {"case": "small", "size": 32, "count": n32}
+    # py-libp2p's own muxers take about 35 s for 10.5 MB: they run a tenth of it.
+    n_theirs = max(1, n32 // 10)
+    theirs = {**small, "count": n_theirs}
+    echo = {"case": "echo", "size": 100_000, "streams": 100 // min(scale, 10)}
+    latency = {"case": "latency", "size": 32, "count": 1000 // min(scale, 10)}
+    return [
+        Case(
+            "host 32B",
+            f"py-libp2p hosts, TCP + noise: {n32 * 32 / MB:g} MB in 32 B writes on one host stream",
+            [
+                Run("py-libp2p host, our mplex", "host-ours", small),
+                Run(f"py-libp2p host, its mplex ({n_theirs * 32 / MB:.3g} MB)", "host-mplex", theirs),
+                Run(f"py-libp2p host, its yamux ({n_theirs * 32 / MB:.3g} MB)", "host-yamux", theirs),
+                Run("js-libp2p node pair, mplex", "host-js", small),
+            ],
+        ),
+        Case(
+            "host echo",
+            f"py-libp2p hosts, TCP + noise: {echo['streams']} streams each echoing 100 KB, full duplex",
+            [
+                Run("py-libp2p host, our mplex", "host-ours", echo),
+                Run("js-libp2p node pair, mplex", "host-js", echo),
+            ],
+        ),
+        Case(
+            "host latency",
+            f"py-libp2p hosts, TCP + noise: {latency['count']} sequential 32 B round trips",
+            [
+                Run("py-libp2p host, our mplex", "host-ours", latency, "p50_us"),
+                Run("py-libp2p host, its mplex", "host-mplex", latency, "p50_us"),
+                Run("js-libp2p node pair, mplex", "host-js", latency, "p50_us"),
+            ],
+        ),
+    ]
+
+
 # --- running --------------------------------------------------------------------------
 
 
 JS_PEER = CHECKOUT / "js" / "peer.mjs"
+JS_NODE = CHECKOUT.parent / "tests" / "interop" / "libp2p_node.mjs"
 
 
-def peer_command(role: str, run: Run, port: int = 0) -> list[str]:
+def peer_command(role: str, run: Run, port: int = 0, addr: str = "") -> list[str]:
+    if run.impl.startswith("host-"):
+        return host_command(role, run, addr)
     if run.impl == "js":
         command = ["node", str(JS_PEER), role]
         if role == "client":
@@ -220,6 +265,20 @@ def peer_command(role: str, run: Run, port: int = 0) -> list[str]:
             command += [f"--{key}", str(value)]
     elif "log-level" in run.args:
         command += ["--log-level", str(run.args["log-level"])]
+    return command
+
+
+def host_command(role: str, run: Run, addr: str) -> list[str]:
+    """A host-level peer: the js-libp2p node, or a py-libp2p host with ``--muxer``."""
+    if run.impl == "host-js":
+        command = ["node", str(JS_NODE), f"--bench-{role}"]
+    else:
+        muxer = run.impl.removeprefix("host-")
+        command = [pylibp2p_python(), "-m", "benchmarks.libp2p_host_peer", role, "--muxer", muxer]
+    if role == "client":
+        command += ["--addr", addr]
+        for key, value in run.args.items():
+            command += [f"--{key}", str(value)]
     return command
 
 
@@ -268,9 +327,10 @@ def run_once(run: Run, timeout: float) -> dict[str, Any]:
             raise RuntimeError(
                 f"server did not start: {ready!r} {server.stderr.read() if server.stderr else ''}"
             )
-        port = int(ready.split()[1])
+        fields = ready.split()  # READY <port> [<multiaddr>, from a libp2p host]
+        port, addr = int(fields[1]), fields[2] if len(fields) > 2 else ""
         client = subprocess.run(
-            peer_command("client", run, port),
+            peer_command("client", run, port, addr),
             capture_output=True,
             text=True,
             timeout=timeout,
@@ -339,12 +399,12 @@ def pylibp2p_python() -> str:
 
 def unavailable(run: Run) -> str | None:
     """Why a baseline cannot run here (it needs the source checkout's peers), or None."""
-    if run.impl == "js":
+    if run.impl in ("js", "host-js"):
         if shutil.which("node") is None:
             return "node is not installed"
         if not (CHECKOUT.parent / "tests" / "interop" / "node_modules").is_dir():
             return "the js peer is not installed (run `make bench` in a source checkout)"
-    if run.impl == "pylibp2p":
+    if run.impl == "pylibp2p" or (run.impl.startswith("host-") and run.impl != "host-js"):
         python = pylibp2p_python()
         probe = subprocess.run([python, "-c", "import libp2p"], capture_output=True, check=False)
         if probe.returncode or not (CHECKOUT / "pylibp2p_peer.py").is_file():

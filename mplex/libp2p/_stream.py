@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Coroutine
 from types import TracebackType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import trio
 from libp2p.abc import IMuxedStream
@@ -17,6 +16,8 @@ if TYPE_CHECKING:
     from ._conn import MplexMuxedConn
 
 __all__ = ["MplexMuxedStream", "StreamResetWhileWriting"]
+
+T = TypeVar("T")
 
 
 class StreamResetWhileWriting(MplexStreamClosed, MplexStreamReset):
@@ -36,15 +37,15 @@ class _TurnLock:
         self._held = False
         self._lot = trio.lowlevel.ParkingLot()
 
-    @contextlib.asynccontextmanager
-    async def turn(self) -> AsyncIterator[None]:
+    async def take(self) -> None:
+        """Wait for the turn (at once if nobody holds it); ``give_back()`` after."""
         while self._held:
             await self._lot.park()
         self._held = True
-        try:
-            yield
-        finally:
-            self._held = False
+
+    def give_back(self) -> None:
+        self._held = False
+        if self._lot:
             self._lot.unpark()
 
 
@@ -87,14 +88,24 @@ class MplexMuxedStream(IMuxedStream):
         if n == 0:
             await trio.lowlevel.checkpoint()
             return b""
-        with self._deadline(self.read_deadline, "read"), self._translated(writing=False):
-            async with self._reading.turn():
-                if n is not None:
-                    data = await self.stream.receive_some(n)
-                    if not data:
-                        raise MplexStreamEOF("the peer closed the stream")
-                    return data
+        if self.read_deadline is not None:
+            return await _within(self.read_deadline, "Read", self._read(n))
+        return await self._read(n)
+
+    async def _read(self, n: int | None) -> bytes:
+        turn = self._reading
+        await turn.take()
+        try:
+            if n is None:
                 return await self._read_to_end()
+            data = await self.stream.receive_some(n)
+        except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+            raise _read_error(exc) from exc
+        finally:
+            turn.give_back()
+        if not data:
+            raise MplexStreamEOF("the peer closed the stream")
+        return data
 
     async def _read_to_end(self) -> bytes:
         chunks = []
@@ -108,17 +119,32 @@ class MplexMuxedStream(IMuxedStream):
 
     async def write(self, data: bytes) -> None:
         """Send ``data`` (waits while the connection's send buffer is full)."""
-        with self._deadline(self.write_deadline, "write"), self._translated(writing=True):
-            async with self._writing.turn():
-                await self.stream.send_all(data)
+        if self.write_deadline is not None:
+            await _within(self.write_deadline, "Write", self._write(data))
+        else:
+            await self._write(data)
+
+    async def _write(self, data: bytes) -> None:
+        turn = self._writing
+        await turn.take()
+        try:
+            await self.stream.send_all(data)
+        except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+            raise _write_error(exc) from exc
+        finally:
+            turn.give_back()
 
     # -- ending ---------------------------------------------------------------------------
 
     async def close(self) -> None:
         """Half-close: send our end of the stream; reading goes on.  Idempotent."""
-        with contextlib.suppress(trio.ClosedResourceError, trio.BrokenResourceError):
-            async with self._writing.turn():
-                await self.stream.send_eof()
+        await self._writing.take()
+        try:
+            await self.stream.send_eof()
+        except (trio.ClosedResourceError, trio.BrokenResourceError):
+            pass  # closed or reset already, or the connection is gone: nothing to send
+        finally:
+            self._writing.give_back()
 
     async def reset(self) -> None:
         """End both directions at once and tell the peer."""
@@ -163,36 +189,30 @@ class MplexMuxedStream(IMuxedStream):
     @staticmethod
     def _check_ttl(ttl: float) -> None:
         if not ttl >= 0:
-            raise ValueError(f"a deadline is >= 0 seconds, not {ttl}")
+            raise ValueError(f"a deadline must be non-negative, not {ttl}")
 
-    @staticmethod
-    @contextlib.contextmanager
-    def _deadline(ttl: float | None, operation: str) -> Iterator[None]:
-        if ttl is None:
-            yield
-            return
-        try:
-            with trio.fail_after(ttl):
-                yield
-        except trio.TooSlowError:
-            raise TimeoutError(f"{operation} timed out after {ttl} seconds") from None
 
-    @contextlib.contextmanager
-    def _translated(self, *, writing: bool) -> Iterator[None]:
-        """Our errors as py-libp2p's."""
-        try:
-            yield
-        except mplex.StreamReset as exc:
-            if writing and exc.by_peer:
-                raise StreamResetWhileWriting(str(exc)) from exc
-            if writing:
-                raise MplexStreamClosed(str(exc)) from exc
-            raise MplexStreamReset(str(exc)) from exc
-        except (mplex.ConnectionLost, mplex.MuxerClosed) as exc:
-            if writing:
-                raise MplexStreamClosed(str(exc)) from exc
-            raise MplexStreamReset(str(exc)) from exc
-        except trio.ClosedResourceError as exc:  # closed (writing) or reset here
-            if writing:
-                raise MplexStreamClosed(str(exc)) from exc
-            raise MplexStreamReset(str(exc)) from exc
+async def _within(ttl: float, operation: str, work: Coroutine[Any, Any, T]) -> T:
+    """``work`` within ``ttl`` seconds, else py-libp2p's ``TimeoutError``."""
+    try:
+        with trio.fail_after(ttl):
+            return await work
+    except trio.TooSlowError:
+        raise TimeoutError(f"{operation} operation timed out after {ttl} seconds") from None
+
+
+def _read_error(exc: BaseException) -> Exception:
+    """What py-libp2p's callers expect from a read that failed with ``exc``: a reset,
+    whether the peer's, ours, or the connection's end."""
+    error: Exception = MplexStreamReset(str(exc))
+    return error
+
+
+def _write_error(exc: BaseException) -> Exception:
+    """What py-libp2p's callers expect from a write that failed with ``exc``."""
+    error: Exception
+    if isinstance(exc, mplex.StreamReset) and exc.by_peer:
+        error = StreamResetWhileWriting(str(exc))
+    else:
+        error = MplexStreamClosed(str(exc))  # closed or reset here, or the connection ended
+    return error

@@ -6,6 +6,12 @@
 //   {"ping": peerId}          -> {"pinged": milliseconds}
 // It serves /echo/1.0.0 (each chunk sent back; closes after the peer's end) and
 // /sink/1.0.0 (reads to the end, then sends the byte count as text and closes).
+//
+// For the host-level benchmarks (same protocol as benchmarks/libp2p_host_peer.py):
+//   node libp2p_node.mjs --bench-server              prints READY <port> <multiaddr>,
+//                                                    exits after a /done/1.0.0 stream
+//   node libp2p_node.mjs --bench-client --addr A --case small|echo|latency
+//                        [--size N] [--count N] [--streams N]   prints one JSON line
 import './connection.mjs' // the Promise.withResolvers polyfill node 20 needs
 import { createInterface } from 'node:readline'
 import { createLibp2p } from 'libp2p'
@@ -21,6 +27,11 @@ import { reader, send } from './connection.mjs'
 
 const muxerName = process.argv.includes('--yamux') ? 'yamux' : 'mplex'
 const print = (object) => process.stdout.write(JSON.stringify(object) + '\n')
+const option = (name, fallback) => {
+  const at = process.argv.indexOf(`--${name}`)
+  return at < 0 ? fallback : process.argv[at + 1]
+}
+const peakRss = () => process.resourceUsage().maxRSS * 1024
 
 const node = await createLibp2p({
   addresses: { listen: ['/ip4/127.0.0.1/tcp/0'] },
@@ -33,15 +44,79 @@ const node = await createLibp2p({
   connectionMonitor: { enabled: false }
 })
 
-node.addEventListener('peer:identify', (evt) => {
-  print({ identified: evt.detail.peerId.toString(), protocols: evt.detail.protocols })
-})
+if (!process.argv.some((arg) => arg.startsWith('--bench-'))) {
+  node.addEventListener('peer:identify', (evt) => {
+    print({ identified: evt.detail.peerId.toString(), protocols: evt.detail.protocols })
+  })
+}
+
+async function readAll (next) {
+  let total = 0
+  const chunks = []
+  for (let chunk; (chunk = await next()) !== null;) { total += chunk.byteLength; chunks.push(chunk) }
+  return { total, chunks }
+}
+
+async function readExactly (next, size) {
+  let got = 0
+  while (got < size) {
+    const chunk = await next()
+    if (chunk === null) throw new Error(`the stream ended after ${got} of ${size} bytes`)
+    got += chunk.byteLength
+  }
+}
+
+const benchCases = {
+  async small (address, size, count) {
+    const stream = await node.dialProtocol(address, '/sink/1.0.0')
+    const next = reader(stream)
+    const chunk = new Uint8Array(size)
+    const start = performance.now()
+    for (let i = 0; i < count; i++) await send(stream, chunk)
+    await stream.close()
+    const { chunks } = await readAll(next)
+    const seconds = (performance.now() - start) / 1000
+    const counted = Number(new TextDecoder().decode(Buffer.concat(chunks.map((c) => Buffer.from(c)))))
+    if (counted !== size * count) throw new Error(`the server counted ${counted}, not ${size * count}`)
+    return { seconds, bytes: size * count }
+  },
+  async echo (address, size, count, streams) {
+    const one = async () => {
+      const stream = await node.dialProtocol(address, '/echo/1.0.0', { maxOutboundStreams: 1024 })
+      const next = reader(stream)
+      const payload = new Uint8Array(size)
+      const reading = readExactly(next, size)
+      for (let at = 0; at < size; at += 16384) await send(stream, payload.subarray(at, at + 16384))
+      await reading
+      await stream.close()
+    }
+    const start = performance.now()
+    await Promise.all(Array.from({ length: streams }, one))
+    return { seconds: (performance.now() - start) / 1000, bytes: size * streams }
+  },
+  async latency (address, size, count) {
+    const stream = await node.dialProtocol(address, '/echo/1.0.0', { maxOutboundStreams: 1024 })
+    const next = reader(stream)
+    const message = new Uint8Array(size)
+    const times = []
+    for (let i = 0; i < count; i++) {
+      const start = performance.now()
+      await send(stream, message)
+      await readExactly(next, size)
+      times.push((performance.now() - start) * 1000)
+    }
+    await stream.close()
+    times.sort((a, b) => a - b)
+    const at = (q) => times[Math.min(times.length - 1, Math.floor(q * times.length))]
+    return { seconds: times.reduce((a, b) => a + b, 0) / 1e6, p50_us: at(0.5), p99_us: at(0.99) }
+  }
+}
 
 await node.handle('/echo/1.0.0', async (stream) => {
   const next = reader(stream)
   for (let chunk; (chunk = await next()) !== null;) await send(stream, chunk)
   await stream.close()
-}, { maxInboundStreams: 1024, runOnLimitedConnection: true })
+}, { maxInboundStreams: 1024, maxOutboundStreams: 1024, runOnLimitedConnection: true })
 
 await node.handle('/sink/1.0.0', async (stream) => {
   const next = reader(stream)
@@ -49,7 +124,32 @@ await node.handle('/sink/1.0.0', async (stream) => {
   for (let chunk; (chunk = await next()) !== null;) total += chunk.byteLength
   await send(stream, new TextEncoder().encode(String(total)))
   await stream.close()
-}, { maxInboundStreams: 1024 })
+}, { maxInboundStreams: 1024, maxOutboundStreams: 1024 })
+
+if (process.argv.includes('--bench-server')) {
+  const done = Promise.withResolvers()
+  await node.handle('/done/1.0.0', async (stream) => { await stream.close(); done.resolve() })
+  const address = node.getMultiaddrs()[0]
+  process.stdout.write(`READY ${String(address).split('/')[4]} ${address}\n`)
+  await done.promise
+  await node.stop()
+  print({ role: 'server', peak_rss: peakRss() })
+  process.exit(0)
+}
+
+if (process.argv.includes('--bench-client')) {
+  const address = multiaddr(option('addr'))
+  const size = Number(option('size', 32))
+  const count = Number(option('count', 1000))
+  const streams = Number(option('streams', 1))
+  await node.dial(address)
+  const result = await benchCases[option('case', 'small')](address, size, count, streams)
+  print({ role: 'client', ...result, peak_rss: peakRss() })
+  const done = await node.dialProtocol(address, '/done/1.0.0')
+  await done.close()
+  await node.stop()
+  process.exit(0)
+}
 
 print({ ready: true, id: node.peerId.toString(), addrs: node.getMultiaddrs().map(String) })
 

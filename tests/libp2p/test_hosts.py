@@ -34,6 +34,7 @@ async def echo_round(host: Any, peer: Any, payload: bytes) -> bytes:
 @MATRIX
 @PAIRS
 class TestHostPairs:
+    @pytest.mark.host_interop("ping, both ways")
     async def test_ping(self, security: str, pairing: str) -> None:
         async with host_pair(security, pairing) as (a, b):
             with trio.fail_after(10):
@@ -43,6 +44,7 @@ class TestHostPairs:
             conn = a.get_network().get_connections(b.get_id())[0].muxed_conn
             assert isinstance(conn, MplexMuxedConn)
 
+    @pytest.mark.host_interop("identify fills the peerstore")
     async def test_identify_fills_the_peerstore(self, security: str, pairing: str) -> None:
         async with host_pair(security, pairing) as (a, b):
             with trio.fail_after(10):
@@ -54,6 +56,7 @@ class TestHostPairs:
             assert str(ECHO) in peerstore.get_protocols(b.get_id())
             assert peerstore.addrs(b.get_id())
 
+    @pytest.mark.host_interop("echo, 100 streams of 10 KB")
     async def test_echo_on_a_hundred_streams(self, security: str, pairing: str) -> None:
         async with host_pair(security, pairing) as (a, b):
             results: dict[int, bytes] = {}
@@ -69,6 +72,7 @@ class TestHostPairs:
                         nursery.start_soon(run)
             assert results == payloads
 
+    @pytest.mark.host_interop("full duplex, 10 streams of 100 KB")
     async def test_full_duplex_streams_never_deadlock(self, security: str, pairing: str) -> None:
         # Our host writes 100 KB while it reads the echo, on ten streams at once.
         async with host_pair(security, pairing) as (a, b):

@@ -65,12 +65,14 @@ async def echo(host: Any, peer: ID, payload: bytes, *, duplex: bool) -> bytes:
 
 @DIRECTIONS
 class TestAgainstAJsLibp2pNode:
+    @pytest.mark.host_interop("ping, both ways")
     async def test_ping_both_ways(self, dialer: str) -> None:
         async with connected_to_js(dialer) as (host, node, js_id):
             with trio.fail_after(20):
                 assert len(await PingService(host).ping(js_id, ping_amt=3)) == 3
             assert (await node.command("pinged", ping=str(host.get_id()))) >= 0
 
+    @pytest.mark.host_interop("identify fills the peerstore")
     async def test_identify_both_ways(self, dialer: str) -> None:
         async with connected_to_js(dialer) as (host, node, js_id):
             with trio.fail_after(20):
@@ -83,16 +85,17 @@ class TestAgainstAJsLibp2pNode:
             theirs = await node.wait_for(lambda m: m.get("identified") == ours)
             assert str(ECHO) in theirs["protocols"]
 
-    @pytest.mark.parametrize("size", [1_000, 100_000], ids=["1KB", "100KB"])
+    @pytest.mark.host_interop("echo, {streams} x {size} B, {mode}")
+    @pytest.mark.parametrize("size", [1_000, 100_000])
     @pytest.mark.parametrize("streams", [1, 100])
-    @pytest.mark.parametrize("duplex", [False, True], ids=["windowed", "duplex"])
-    async def test_echo(self, dialer: str, size: int, streams: int, duplex: bool) -> None:
+    @pytest.mark.parametrize("mode", ["windowed", "full duplex"])
+    async def test_echo(self, dialer: str, size: int, streams: int, mode: str) -> None:
         async with connected_to_js(dialer) as (host, _, js_id):
             payloads = [os.urandom(size) for _ in range(streams)]
             results: dict[int, bytes] = {}
 
             async def one(index: int) -> None:
-                results[index] = await echo(host, js_id, payloads[index], duplex=duplex)
+                results[index] = await echo(host, js_id, payloads[index], duplex=mode == "full duplex")
 
             with trio.fail_after(60):
                 async with trio.open_nursery() as nursery:

@@ -1,0 +1,191 @@
+"""One side of a host-level benchmark: a py-libp2p host over TCP + noise, with our
+mplex (``mplex.libp2p``), py-libp2p's own mplex, or its yamux.
+
+Same protocol as the other peers: the server prints ``READY <port> <multiaddr>``,
+the client prints a JSON result line, the server one more when the client is done.
+
+    python -m benchmarks.libp2p_host_peer server --muxer ours
+    python -m benchmarks.libp2p_host_peer client --muxer ours --addr MULTIADDR --case small ...
+
+Cases: ``small`` (``count`` writes of ``size`` bytes on one stream, then the
+receiver's byte count back), ``echo`` (``streams`` streams each echoing ``size``
+bytes, written and read at once), ``latency`` (``count`` sequential round trips of
+``size`` bytes on one stream).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from typing import Any
+
+import multiaddr
+import trio
+from libp2p import new_host
+from libp2p.crypto.secp256k1 import create_new_key_pair
+from libp2p.crypto.x25519 import create_new_key_pair as create_noise_key_pair
+from libp2p.custom_types import TProtocol
+from libp2p.network.stream.exceptions import StreamEOF
+from libp2p.peer.peerinfo import info_from_p2p_addr
+from libp2p.security.noise.transport import PROTOCOL_ID as NOISE
+from libp2p.security.noise.transport import Transport as Noise
+from libp2p.stream_muxer.mplex.mplex import MPLEX_PROTOCOL_ID, Mplex
+from libp2p.stream_muxer.yamux.yamux import PROTOCOL_ID as YAMUX_PROTOCOL_ID
+from libp2p.stream_muxer.yamux.yamux import Yamux
+
+import mplex.libp2p
+from mplex._bench.peer import emit
+
+SINK, ECHO, DONE = TProtocol("/sink/1.0.0"), TProtocol("/echo/1.0.0"), TProtocol("/done/1.0.0")
+LOOPBACK = multiaddr.Multiaddr("/ip4/127.0.0.1/tcp/0")
+
+
+def make_host(muxer: str) -> Any:
+    options: Any = {
+        "ours": mplex.libp2p.muxer_options(),
+        "mplex": {MPLEX_PROTOCOL_ID: Mplex},
+        "yamux": {YAMUX_PROTOCOL_ID: Yamux},
+    }[muxer]
+    key_pair = create_new_key_pair()
+    noise = Noise(key_pair, noise_privkey=create_noise_key_pair().private_key)
+    return new_host(key_pair=key_pair, sec_opt={NOISE: noise}, muxer_opt=options)
+
+
+async def read_to_end(stream: Any) -> int:
+    total = 0
+    try:
+        while True:
+            total += len(await stream.read(65536))
+    except StreamEOF:
+        return total
+
+
+async def sink(stream: Any) -> None:
+    await stream.write(str(await read_to_end(stream)).encode())
+    await stream.close()
+
+
+async def echo(stream: Any) -> None:
+    try:
+        while True:
+            await stream.write(await stream.read(65536))
+    except StreamEOF:
+        await stream.close()
+
+
+async def server(muxer: str) -> None:
+    host = make_host(muxer)
+    done = trio.Event()
+
+    async def finish(stream: Any) -> None:
+        await stream.close()
+        done.set()
+
+    async with host.run(listen_addrs=[LOOPBACK]):
+        host.set_stream_handler(SINK, sink)
+        host.set_stream_handler(ECHO, echo)
+        host.set_stream_handler(DONE, finish)
+        address = host.get_addrs()[0]
+        print(f"READY {address.value_for_protocol('tcp')} {address}", flush=True)
+        await done.wait()
+    emit(role="server")
+
+
+async def read_exactly(stream: Any, size: int) -> bytes:
+    data = b""
+    while len(data) < size:
+        data += await stream.read(size - len(data))
+    return data
+
+
+async def small(host: Any, peer: Any, size: int, count: int) -> dict[str, Any]:
+    stream = await host.new_stream(peer, [SINK])
+    chunk = b"x" * size
+    start = time.perf_counter()
+    for _ in range(count):
+        await stream.write(chunk)
+    await stream.close()
+    counted = int(await read_to_eof(stream))
+    seconds = time.perf_counter() - start
+    if counted != size * count:
+        raise RuntimeError(f"the server counted {counted} bytes, not {size * count}")
+    return {"seconds": seconds, "bytes": size * count}
+
+
+async def read_to_eof(stream: Any) -> bytes:
+    data = b""
+    try:
+        while True:
+            data += await stream.read(65536)
+    except StreamEOF:
+        return data
+
+
+async def echo_case(host: Any, peer: Any, size: int, streams: int) -> dict[str, Any]:
+    payload = b"e" * size
+
+    async def one() -> None:
+        stream = await host.new_stream(peer, [ECHO])
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(read_exactly, stream, size)
+            for start in range(0, size, 16384):
+                await stream.write(payload[start : start + 16384])
+        await stream.close()
+
+    start = time.perf_counter()
+    async with trio.open_nursery() as nursery:
+        for _ in range(streams):
+            nursery.start_soon(one)
+    return {"seconds": time.perf_counter() - start, "bytes": size * streams}
+
+
+async def latency(host: Any, peer: Any, size: int, count: int) -> dict[str, Any]:
+    stream = await host.new_stream(peer, [ECHO])
+    message = b"p" * size
+    times = []
+    for _ in range(count):
+        start = time.perf_counter()
+        await stream.write(message)
+        await read_exactly(stream, size)
+        times.append(time.perf_counter() - start)
+    await stream.close()
+    cuts = statistics.quantiles(times, n=100)
+    return {"seconds": sum(times), "p50_us": cuts[49] * 1e6, "p99_us": cuts[98] * 1e6}
+
+
+async def client(args: argparse.Namespace) -> None:
+    host = make_host(args.muxer)
+    async with host.run(listen_addrs=[LOOPBACK]):
+        peer = info_from_p2p_addr(multiaddr.Multiaddr(args.addr))
+        await host.connect(peer)
+        if args.case == "small":
+            result = await small(host, peer.peer_id, args.size, args.count)
+        elif args.case == "echo":
+            result = await echo_case(host, peer.peer_id, args.size, args.streams)
+        else:
+            result = await latency(host, peer.peer_id, args.size, args.count)
+        emit(role="client", **result)
+        done = await host.new_stream(peer.peer_id, [DONE])  # the server may go now
+        await done.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.libp2p_host_peer")
+    parser.add_argument("role", choices=["server", "client"])
+    parser.add_argument("--muxer", choices=["ours", "mplex", "yamux"], default="ours")
+    parser.add_argument("--addr", default="")
+    parser.add_argument("--port", type=int, default=0)  # the harness passes it; the address says it
+    parser.add_argument("--case", choices=["small", "echo", "latency"], default="small")
+    parser.add_argument("--size", type=int, default=32)
+    parser.add_argument("--count", type=int, default=1000)
+    parser.add_argument("--streams", type=int, default=1)
+    args = parser.parse_args()
+    if args.role == "server":
+        trio.run(server, args.muxer)
+    else:
+        trio.run(client, args)
+
+
+if __name__ == "__main__":
+    main()
