@@ -68,10 +68,11 @@ $(SUITE_STAMP): $(BENCH_STAMP)
 	$(BENCH_VENV)/bin/python -m pip install -q factory-boy==2.12.0 pytest-mock==3.15.1 pytest-timeout==2.4.0
 	touch $@
 
-# The long versions: the 30-second soak and the 100,000-stream churn.
+# The long versions: the 30-second soak, the 100,000-stream churn, and py-libp2p's
+# identify-push tests with our mplex.
 test-full: lint $(STAMP) $(JS_STAMP) $(BENCH_STAMP)
 	MPLEX_FULL=1 $(BIN)/python -m pytest
-	$(MAKE) test-libp2p
+	MPLEX_FULL=1 $(MAKE) test-libp2p
 
 # The suite once more on the oldest supported trio.  The benchmark-harness test is
 # left out here: it checks the harness and its peers, not trio compatibility, and the

@@ -23,6 +23,7 @@ MPLEX_TESTS = [
     "tests/core/stream_muxer/test_mplex_logging.py",
 ]
 #: Host, network and identify tests that connect hosts (through the suite's factories).
+#: identify_push's (68 s) are left to ``make test-full``'s budget: see MPLEX_FULL.
 HOST_TESTS = [
     "tests/core/host/test_ping.py",
     "tests/core/host/test_connected_peers.py",
@@ -32,10 +33,14 @@ HOST_TESTS = [
     "tests/core/network/test_notify.py",
     "tests/core/identity/identify/test_identify.py",
     "tests/core/identity/identify/test_identify_integration.py",
+]
+FULL_ONLY = [
     "tests/core/identity/identify_push/test_identify_push.py",
     "tests/core/identity/identify_push/test_identify_push_integration.py",
 ]
-SUITE = MPLEX_TESTS + HOST_TESTS
+SUITE = MPLEX_TESTS + HOST_TESTS + (FULL_ONLY if os.environ.get("MPLEX_FULL") else [])
+#: What the selection holds once LEFT_OUT is taken away (py-libp2p 0.8.1's suite).
+EXPECTED = 120 if os.environ.get("MPLEX_FULL") else 91
 
 #: Left out, each for the reason in pylibp2p_suite/README.md.
 LEFT_OUT = [
@@ -74,4 +79,4 @@ def test_py_libp2ps_own_suite_passes_with_our_mplex() -> None:
     made = re.search(r"mplex_in_place: (\d+) connections ran mplex.libp2p", result.stdout)
     assert made and int(made.group(1)) > 0, tail  # the tests really ran ours
     passed = re.search(r"(\d+) passed", result.stdout)
-    assert passed and int(passed.group(1)) >= 130, tail  # every test of the selection ran
+    assert passed and int(passed.group(1)) == EXPECTED, tail  # every test of the selection ran
