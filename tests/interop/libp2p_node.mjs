@@ -40,7 +40,8 @@ const node = await createLibp2p({
   // js mplex closes a connection after 5 stream opens a second by default, and counts
   // identify and ping too: raise it, as js-libp2p's own tests do.
   streamMuxers: [muxerName === 'yamux' ? yamux() : mplex({ disconnectThreshold: 1_000_000 })],
-  services: { identify: identify(), ping: ping() },
+  // A host identifies a new peer on its own; the tests open identify streams too.
+  services: { identify: identify({ maxInboundStreams: 16 }), ping: ping({ maxInboundStreams: 16 }) },
   connectionMonitor: { enabled: false }
 })
 
