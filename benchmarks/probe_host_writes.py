@@ -21,9 +21,9 @@ import time
 from typing import Any
 
 import trio
+from libp2p.peer.peerinfo import info_from_p2p_addr
 
 from benchmarks.libp2p_host_peer import LOOPBACK, SINK, make_host, read_to_eof, sink
-from libp2p.peer.peerinfo import info_from_p2p_addr
 from mplex.libp2p import SecuredConnectionStream
 
 
@@ -61,7 +61,8 @@ async def main(count: int) -> None:
             }[layer]
             writes["messages"] = 0
             per_write = await timed(count, write, close, stream)
-            print(f"{layer:24} {per_write:6.1f} us a write, {count / max(1, writes['messages']):5.0f} writes a noise message")
+            batch = count / max(1, writes["messages"])
+            print(f"{layer:24} {per_write:6.1f} us a write, {batch:5.0f} writes a noise message")
 
 
 if __name__ == "__main__":

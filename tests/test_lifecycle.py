@@ -152,6 +152,59 @@ class TestTransportEnds:
             )
 
 
+class FaultyTransport(trio.abc.Stream):
+    """A custom transport that raises what no trio stream would (a bug below us)."""
+
+    def __init__(self, *, on_receive: BaseException | None = None, on_send: BaseException | None = None):
+        self.on_receive, self.on_send = on_receive, on_send
+
+    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+        await trio.lowlevel.checkpoint()
+        if self.on_send is not None:
+            raise self.on_send
+
+    async def wait_send_all_might_not_block(self) -> None:
+        await trio.lowlevel.checkpoint()
+
+    async def receive_some(self, max_bytes: int | None = None) -> bytes:
+        await trio.lowlevel.checkpoint()
+        if self.on_receive is not None:
+            raise self.on_receive
+        await trio.sleep_forever()
+        raise AssertionError("unreachable")
+
+    async def aclose(self) -> None:
+        await trio.lowlevel.checkpoint()
+
+
+class TestAnyTransportFailureIsALostConnection:
+    """Whatever a custom transport raises ends the connection; it never reaches the
+    caller's nursery."""
+
+    async def test_an_exception_from_receive_ends_the_connection(self) -> None:
+        bug = KeyError("a bug in the layer below")
+        muxer = mplex.Muxer(FaultyTransport(on_receive=bug))
+        with trio.fail_after(5):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(muxer.run)
+        assert muxer.end_reason is mplex.EndReason.TRANSPORT_FAILED
+        assert muxer.end_error is not None and muxer.end_error.__cause__ is bug
+
+    async def test_an_exception_from_send_ends_the_send_side_with_its_cause(
+        self, autojump_clock: trio.testing.MockClock
+    ) -> None:
+        bug = ValueError("a bug in the layer below")
+        muxer = mplex.Muxer(FaultyTransport(on_send=bug))
+        async with trio.open_nursery() as nursery:
+            await nursery.start(muxer.run)
+            stream = await muxer.open_stream()
+            with pytest.raises(mplex.ConnectionLost) as info:
+                while True:
+                    await stream.send_all(b"x")
+            assert info.value.__cause__ is bug
+        assert muxer.end_reason is mplex.EndReason.TRANSPORT_FAILED
+
+
 class TestCancellation:
     async def test_a_cancelled_send_all_leaves_only_whole_frames(self) -> None:
         a, b = trio.testing.lockstep_stream_pair()

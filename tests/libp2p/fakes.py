@@ -24,6 +24,7 @@ class _End:
     def __init__(self) -> None:
         self.written: list[Any] = []
         self.fail_with: BaseException | None = None
+        self.stalled = False  # writes never complete (a peer that stopped reading)
         self.closed = False
         self.peer: _End | None = None
 
@@ -62,6 +63,8 @@ class MessagePipe(_End):
 
     async def write_msg(self, msg: bytes) -> None:
         self._check()
+        if self.stalled:
+            await trio.sleep_forever()
         self.written.append(msg)
         try:
             await self.outbox.send(msg)

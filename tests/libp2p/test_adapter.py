@@ -200,6 +200,26 @@ class TestTheConnection:
                 with pytest.raises(MuxedConnUnavailable):
                     await conn.accept_stream()
 
+    async def test_close_is_bounded_when_the_peer_stopped_reading(
+        self, autojump_clock: trio.testing.MockClock
+    ) -> None:
+        dialer, _, pipe, _ = secure_session_pair()
+        config = mplex.Config(close_timeout=2)
+        conn = MplexMuxedConn.configured(config)(dialer, dialer.remote_peer)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(conn.start)
+            await conn.event_started.wait()
+            stream = await conn.open_stream()
+            pipe.stalled = True  # from now on nothing the muxer writes completes
+            stream.set_write_deadline(1)
+            with pytest.raises(TimeoutError):
+                while True:
+                    await stream.write(b"x" * 65536)
+            started = trio.current_time()
+            await conn.close()
+            assert trio.current_time() - started <= config.close_timeout + 0.5
+        assert conn.is_closed
+
     async def test_configured_binds_a_config(self) -> None:
         config = mplex.Config(max_stream_buffer=12345)
         conn_class = MplexMuxedConn.configured(config)
