@@ -34,6 +34,7 @@ def test_quick_suite_produces_every_case_and_baseline(tmp_path: pathlib.Path) ->
     assert ("bulk 1 MiB, 512 B frames", "mplex") in labels
     assert ("host 32B", "py-libp2p host, our mplex") in labels
     assert ("host latency", "js-libp2p node pair, mplex") in labels
+    assert any(label.startswith("js-libp2p node dialing a py-libp2p host") for _, label in labels)
     assert len(saved["cases"]) == 15
     assert "Targets (issue 3):" in result.stdout
     assert "more targets need" not in result.stdout  # every target was measured

@@ -253,7 +253,7 @@ EXPLANATIONS = {
     "32 B send_nowait with logging at INFO vs without (tracing off costs)": (
         "Noise: with logging configured the library makes one (cached) isEnabledFor "
         "check per transport read or write, none per frame, and the two rows differ by "
-        "less than either varies. This session's full runs gave 1.19x, 1.07x, 0.96x, "
+        "less than either varies. Full runs in the session of 2026-11-30 gave 1.19x, 1.07x, 0.96x, "
         "0.91x, 0.94x, 1.09x, 0.92x and 0.94x; the plain row alone ranged 0.72-0.82 s."
     ),
     "32 B send_nowait vs py-libp2p (throughput)": (
@@ -269,26 +269,30 @@ EXPLANATIONS = {
         "most of the send_all time on their own (see the 'bare checkpoints' row). Beyond "
         "the checkpoint a call costs about 1.1 us, 0.41 us of it trio's idle detection: "
         "while the writer waits for every task to block, trio's run loop reads the first "
-        "key of a SortedDict on every scheduler pass (timed alone: 0.41 us). This "
-        "session's runs of this case gave 2.45x, 2.49x, 2.52x and 2.53x; use send_nowait "
-        "for tiny messages."
+        "key of a SortedDict on every scheduler pass (timed alone: 0.41 us). Runs "
+        "of this case on 2026-11-30 gave 2.45x-2.63x; on 2026-12-01, with the machine about "
+        "2x slower (a 10-million-step Python loop: 0.93-1.02 s against 0.4-0.5 s), 1.84x "
+        "and 1.98x, while an A/B of send_all against the code before the 2026-12-01 work "
+        "(same machine, same minute) showed no difference beyond its 5-8 s noise. Use "
+        "send_nowait for tiny messages."
     ),
     "32 B send_all time vs send_nowait + bare checkpoints": (
         "The send_nowait time in this sum comes from a tight loop, where an append costs "
         "about 0.25 us; inside send_all the same append shares each call with a scheduler "
         "pass and with trio's idle detection, which runs on every pass while the writer "
         "gathers frames (0.41 us). `python -m benchmarks.probe_send_all` shows the parts "
-        "in one process with a muxer running. This session's runs gave 1.22x-1.27x."
+        "in one process with a muxer running. Runs on 2026-11-30 gave 1.22x-1.27x; on "
+        "2026-12-01 the machine ran about 2x slower and this ratio moved with it."
     ),
     "bulk 1 MiB vs raw trio socket (throughput)": (
         "This ratio moves a lot from run to run on this machine (the raw socket's own "
-        "median ranged 2.2-4.5 GB/s in earlier sessions). This session's runs gave "
+        "median ranged 2.2-4.5 GB/s in earlier sessions). Runs on 2026-11-30 gave "
         "0.96x and 1.16x, after the change that made the receiver stop page-faulting: "
         "importing mplex frees one 2 MiB block so that glibc keeps receive buffers in its "
         "heap (without it, 20,000-40,000 page faults per 256 MiB received and about 0.6x)."
     ),
     "bulk 16 MiB vs raw trio socket (throughput)": (
-        "One 16 MiB send lasts 4-12 ms, so a single run is noisy. This session's runs "
+        "One 16 MiB send lasts 4-12 ms, so a single run is noisy. Runs on 2026-11-30 "
         "gave 0.70x-0.73x once the receiver stopped page-faulting (see bulk 1 MiB); "
         "before, 0.22x-0.56x. The sustained transfer (1 GiB in 16 MiB sends) meets its "
         "target by a wide margin."
@@ -306,8 +310,26 @@ EXPLANATIONS = {
         "checkpoint), the client made 3.2 steps per request and CPU per request stayed at "
         "37-40 us (client) and 44-47 us (server). The row 'raw, a connection per request' "
         "is the same workload with a TCP connection in place of each stream, which mplex "
-        "outran by 2.65x-3.04x in this session's runs. Meeting 1.0x would need a "
+        "outran by 2.65x-3.04x in the runs of 2026-11-30. Meeting 1.0x would need a "
         "whole stream to cost less than one send and one receive on an open connection."
+    ),
+    "host 32 B writes vs a js-libp2p node pair (throughput)": (
+        "About half of each write through a py-libp2p host is py-libp2p's NetStream, which "
+        "takes a trio.Lock (a scheduler pass) on every write: see 'py-libp2p hosts: where "
+        "the time goes' below (NetStream.write 30.4 us, our adapter 15.2 us, the muxer's "
+        "send_all 11.8 us a write). A throwaway prototype measured 1.1x here on a quieter "
+        "day; this run is the first of this case, on a machine running about 2x slower than "
+        "on 2026-11-30 (a 10-million-step Python loop took 0.93-1.02 s against 0.4-0.5 s), "
+        "and node's share of such a slowdown differs from CPython's."
+    ),
+    "host latency p50 vs a js-libp2p node pair": (
+        "A round trip between py-libp2p hosts costs each side about 8 scheduler passes "
+        "(`.venv-bench/bin/python -m benchmarks.probe_host_passes`: 11.3 task steps and 8.2 "
+        "I/O waits per round trip on each side): NetStream's lock on write and on read, "
+        "send_all's checkpoint, the writer's write, and py-libp2p's noise reader, which "
+        "reads each message's 2-byte length and its body with two socket reads. Only "
+        "send_all's checkpoint and the writer's pass are the muxer's. It is 0.69x "
+        "py-libp2p's own mplex in the same run."
     ),
     "latency p50 vs raw TCP": (
         "Over TCP the receiving task reads the socket itself and a lone reply is written "
