@@ -124,18 +124,18 @@ class MplexMuxedConn(IMuxedConn):
 
     async def open_stream(self) -> MplexMuxedStream:
         """Open a new stream to the peer."""
-        try:
-            stream = await self.muxer.open_stream()
-        except (mplex.ConnectionLost, mplex.MuxerClosed, RuntimeError) as exc:
-            raise MplexUnavailable(f"cannot open a stream: {exc}") from exc
-        return MplexMuxedStream(self, stream)
+        return await self._stream_from(self.muxer.open_stream)
 
     async def accept_stream(self) -> MplexMuxedStream:
         """Wait for the next stream the peer opens."""
+        return await self._stream_from(self.muxer.accept_stream)
+
+    async def _stream_from(self, get: Callable[[], Awaitable[mplex.MplexStream]]) -> MplexMuxedStream:
         try:
-            stream = await self.muxer.accept_stream()
+            stream = await get()
         except (mplex.ConnectionLost, mplex.MuxerClosed, RuntimeError) as exc:
-            raise MplexUnavailable(f"the connection has ended: {exc}") from exc
+            # Ended, closed, or not started: py-libp2p's swarm expects this family.
+            raise MplexUnavailable(f"the connection is not available: {exc}") from exc
         return MplexMuxedStream(self, stream)
 
     # -- what the swarm asks of the secured connection ---------------------------------------

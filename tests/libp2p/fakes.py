@@ -129,12 +129,11 @@ def _identities() -> tuple[Any, Any]:
     return create_new_key_pair(), create_new_key_pair()
 
 
-def secure_session_pair() -> tuple[SecureSession, SecureSession, MessagePipe, MessagePipe]:
-    """(dialer session, listener session, and their message pipes)."""
-    pipe_a, pipe_b = _pipes(MessagePipe)
+def _session_pair(session_class: type[Any], pipe_class: type[_End]) -> tuple[Any, Any, Any, Any]:
+    pipe_a, pipe_b = _pipes(pipe_class)
     key_a, key_b = _identities()
     sessions = [
-        SecureSession(
+        session_class(
             local_peer=ID.from_pubkey(mine.public_key),
             local_private_key=mine.private_key,
             remote_peer=ID.from_pubkey(theirs.public_key),
@@ -145,21 +144,13 @@ def secure_session_pair() -> tuple[SecureSession, SecureSession, MessagePipe, Me
         for mine, theirs, initiator, pipe in ((key_a, key_b, True, pipe_a), (key_b, key_a, False, pipe_b))
     ]
     return sessions[0], sessions[1], pipe_a, pipe_b
+
+
+def secure_session_pair() -> tuple[SecureSession, SecureSession, MessagePipe, MessagePipe]:
+    """(dialer session, listener session, and their message pipes)."""
+    return _session_pair(SecureSession, MessagePipe)
 
 
 def plaintext_session_pair() -> tuple[InsecureSession, InsecureSession, BytePipe, BytePipe]:
     """(dialer session, listener session, and their byte pipes)."""
-    pipe_a, pipe_b = _pipes(BytePipe)
-    key_a, key_b = _identities()
-    sessions = [
-        InsecureSession(
-            local_peer=ID.from_pubkey(mine.public_key),
-            local_private_key=mine.private_key,
-            remote_peer=ID.from_pubkey(theirs.public_key),
-            remote_permanent_pubkey=theirs.public_key,
-            is_initiator=initiator,
-            conn=pipe,
-        )
-        for mine, theirs, initiator, pipe in ((key_a, key_b, True, pipe_a), (key_b, key_a, False, pipe_b))
-    ]
-    return sessions[0], sessions[1], pipe_a, pipe_b
+    return _session_pair(InsecureSession, BytePipe)
