@@ -272,9 +272,11 @@ EXPLANATIONS = {
         "key of a SortedDict on every scheduler pass (timed alone: 0.41 us). Runs "
         "of this case on 2026-11-30 gave 2.45x-2.63x; on 2026-12-01, with the machine about "
         "2x slower (a 10-million-step Python loop: 0.93-1.02 s against 0.4-0.5 s), 1.84x "
-        "and 1.98x, while an A/B of send_all against the code before the 2026-12-01 work "
-        "(same machine, same minute) showed no difference beyond its 5-8 s noise. Use "
-        "send_nowait for tiny messages."
+        "and 1.98x. An A/B in turns of 600,000 32 B send_all calls (`python -m "
+        "mplex._bench.peer` server and client, from a checkout of the code before that "
+        "day's work and from this one) gave 7.05 s, 5.23 s, 8.22 s before and 7.83 s, "
+        "5.52 s, 5.75 s after: no change beyond the noise. Use send_nowait for tiny "
+        "messages."
     ),
     "32 B send_all time vs send_nowait + bare checkpoints": (
         "The send_nowait time in this sum comes from a tight loop, where an append costs "
@@ -335,8 +337,11 @@ EXPLANATIONS = {
         "Over TCP the receiving task reads the socket itself and a lone reply is written "
         "by the task that sends it, so a round trip takes the same number of scheduler "
         "passes as on a raw socket; what remains is mplex's own work per message "
-        "(framing, decoding, stream state) in Python. Runs of this case alone this "
-        "session gave 1.13-1.17x; a noisy run can cross 1.2x."
+        "(framing, decoding, stream state) in Python. Runs of this case alone on "
+        "2026-11-30 gave 1.13-1.17x. On 2026-12-01 (the machine about 2x slower) an A/B "
+        "run in turns, `python -m benchmarks --runs 3 latency` in a checkout of the code "
+        "before that day's work and in this one, gave 1.36x and 1.30x before, 1.27x and "
+        "1.21x after: the miss is the machine's, not a change's."
     ),
 }
 
