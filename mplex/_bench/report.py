@@ -329,9 +329,10 @@ EXPLANATIONS = {
         "(`.venv-bench/bin/python -m benchmarks.probe_host_passes`: 11.3 task steps and 8.2 "
         "I/O waits per round trip on each side): NetStream's lock on write and on read, "
         "send_all's checkpoint, the writer's write, and py-libp2p's noise reader, which "
-        "reads each message's 2-byte length and its body with two socket reads. Only "
-        "send_all's checkpoint and the writer's pass are the muxer's. It is 0.69x "
-        "py-libp2p's own mplex in the same run."
+        "reads each message's 2-byte length and its body with two reads of its TCP "
+        "stream (libp2p.io.trio.TrioTCPStream), each behind a trio.Lock of its own: the "
+        "reader task takes 4 steps per round trip. Only send_all's checkpoint and the "
+        "writer's pass are the muxer's. It is 0.69x py-libp2p's own mplex in the same run."
     ),
     "latency p50 vs raw TCP": (
         "Over TCP the receiving task reads the socket itself and a lone reply is written "
@@ -358,6 +359,10 @@ own `MplexStream.send_all` 11.8 us; 74-192 writes left in each noise message.
 - About half of a write through a host is py-libp2p's `NetStream`: it holds a
   `trio.Lock` around its state check on every `read` and `write`, and acquiring a
   `trio.Lock` is a checkpoint, a whole scheduler pass, even when nobody holds it.
+- py-libp2p's TCP stream (`libp2p.io.trio.TrioTCPStream`) also takes a `trio.Lock` on
+  every read and write, and its noise layer reads each message with two reads (length,
+  then body): `python -m benchmarks.probe_host_passes` counts 4 steps of our reader
+  task per 32 B round trip.
 - The adapter adds about 3 us (its turn lock does not yield when free).
 - Noise costs little per write: the muxer gathers frames, so a noise message carries
   dozens to hundreds of writes.
@@ -365,7 +370,10 @@ own `MplexStream.send_all` 11.8 us; 74-192 writes left in each noise message.
 **What py-libp2p could change.** `NetStream` reads and sets its state with no await in
 between, on one trio thread, so the lock guards nothing a plain attribute would not:
 check the state without it (or take it with `acquire_nowait()` and wait only when it
-is held). That saves a scheduler pass per write and per read.
+is held). That saves a scheduler pass per write and per read. The same holds for
+`TrioTCPStream`'s locks, which need to make a second task wait only when one is
+already reading or writing; and the noise reader could take whatever the socket holds
+in one read and split messages from a buffer, as our decoder does.
 """
 
 
