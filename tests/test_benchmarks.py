@@ -35,6 +35,8 @@ def test_quick_suite_produces_every_case_and_baseline(tmp_path: pathlib.Path) ->
     assert ("host 32B", "py-libp2p host, our mplex") in labels
     assert ("host latency", "js-libp2p node pair, mplex") in labels
     assert any(label.startswith("js-libp2p node dialing a py-libp2p host") for _, label in labels)
+    # py-libp2p's own mplex cannot do full-duplex echo: its row says so (and the suite goes on).
+    assert "did not complete" in result.stdout
     assert len(saved["cases"]) == 15
     assert "Targets (issue 3):" in result.stdout
     assert "more targets need" not in result.stdout  # every target was measured
