@@ -440,13 +440,17 @@ def unavailable(run: Run) -> str | None:
 def drop_unavailable(suite: list[Case], require: bool) -> list[str]:
     """Remove baselines that cannot run here; with ``require``, refuse instead."""
     notes = []
-    for case in suite:
+    for case in list(suite):
         for run in list(case.runs):
             reason = unavailable(run)
             if reason is None:
                 continue
             if require:
                 raise SystemExit(f"benchmarks: baseline {run.label!r} cannot run: {reason}")
+            if run is case.runs[0]:  # our own row: without it the case compares nothing
+                suite.remove(case)
+                notes.append(f"{case.name}: left out: {reason}")
+                break
             case.runs.remove(run)
             notes.append(f"{case.name}: {run.label} left out: {reason}")
     return notes

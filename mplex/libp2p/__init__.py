@@ -16,6 +16,11 @@
 
 from __future__ import annotations
 
+try:
+    import libp2p as _libp2p  # noqa: F401
+except ImportError as exc:  # pragma: no cover - depends on the environment
+    raise ImportError("mplex.libp2p needs py-libp2p: pip install 'trio-mplex[libp2p]'") from exc
+
 from ._conn import MplexMuxedConn as MplexMuxedConn
 from ._conn import muxer_options as muxer_options
 from ._stream import MplexMuxedStream as MplexMuxedStream
