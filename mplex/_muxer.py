@@ -64,7 +64,7 @@ import os
 import time
 from collections import OrderedDict, deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from typing import Any, final
+from typing import Any, NoReturn, final
 
 import trio
 from trio.testing import wait_all_tasks_blocked
@@ -463,17 +463,12 @@ class Muxer:
     def _check_usable(self) -> None:
         if self._state is not _RUNNING:
             self._raise_ended()
-        if (error := self._send_error) is not None:
-            if isinstance(error, MuxerClosed):
-                raise MuxerClosed(str(error))
-            raise ConnectionLost(str(error), reason=error.reason) from error.__cause__
+        if self._send_error is not None:
+            _raise_copy(self._send_error)
 
     def _raise_ended(self) -> None:
-        error = self._error
-        assert error is not None
-        if isinstance(error, MuxerClosed):
-            raise MuxerClosed(str(error))
-        raise ConnectionLost(str(error), reason=error.reason) from error.__cause__
+        assert self._error is not None
+        _raise_copy(self._error)
 
     # -- writer ----------------------------------------------------------------------------
 
@@ -652,7 +647,7 @@ class Muxer:
         self._input_progressed(waiting=not self._reader_blocked)
         with self._linger_scope:
             await trio.sleep_forever()
-        self._fail(ConnectionLost(str(error)), cause=cause)
+        self._end_by_failed_write()
 
     def _input_progressed(self, *, waiting: bool = True) -> None:
         """After a failed write: restart the wait for the input to end (none while
@@ -895,11 +890,15 @@ class Muxer:
 
     def _ended_by_failed_write(self) -> bool:
         """The input ended after a write had failed: that failure is the reason."""
-        error = self._send_error
-        if self._linger_scope is None or error is None:
+        if self._linger_scope is None:
             return False
-        self._fail(ConnectionLost(str(error)), cause=error.__cause__)
+        self._end_by_failed_write()
         return True
+
+    def _end_by_failed_write(self) -> None:
+        error = self._send_error
+        assert error is not None
+        self._fail(ConnectionLost(str(error)), cause=error.__cause__)
 
     def _over_buffer_limits(self) -> bool:
         return bool(self._overfull) or self._buffered > self.config.max_connection_buffer
@@ -1191,6 +1190,13 @@ def _prime_allocator() -> None:
 
 
 _prime_allocator()
+
+
+def _raise_copy(error: ConnectionLost | MuxerClosed) -> NoReturn:
+    """Raise a fresh copy of a recorded end (each raise gets its own traceback)."""
+    if isinstance(error, MuxerClosed):
+        raise MuxerClosed(str(error))
+    raise ConnectionLost(str(error), reason=error.reason) from error.__cause__
 
 
 def _buffered(stream: MplexStream) -> int:
