@@ -63,3 +63,15 @@ class MuxerClosed(trio.ClosedResourceError, MplexError):
     ``run()`` was cancelled).  ``reason`` is always ``EndReason.CLOSED``."""
 
     reason = EndReason.CLOSED
+
+
+def fresh_copy(failure: BaseException | None, stream_id: int = -1) -> BaseException:
+    """A fresh copy of a recorded ``failure`` to raise, so that each raise gets its own
+    traceback (None, or anything else: the stream was closed here)."""
+    if isinstance(failure, StreamReset):
+        return StreamReset(str(failure), stream_id=stream_id, by_peer=failure.by_peer)
+    if isinstance(failure, ConnectionLost):
+        return ConnectionLost(str(failure), reason=failure.reason)
+    if isinstance(failure, MuxerClosed):
+        return MuxerClosed(str(failure))
+    return trio.ClosedResourceError("this stream was closed")

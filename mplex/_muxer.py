@@ -72,7 +72,7 @@ from trio.testing import wait_all_tasks_blocked
 from ._budget import SlidingBudget
 from ._codec import MAX_MESSAGE_SIZE, MAX_STREAM_ID, Decoder, Flag, RawFrame
 from ._config import Config
-from ._errors import ConnectionLost, EndReason, MuxerClosed
+from ._errors import ConnectionLost, EndReason, MuxerClosed, fresh_copy
 from ._exceptions import MplexError, ProtocolError
 from ._logging import ConnectionLog, connection_label, describe, logger
 from ._stream import MplexStream
@@ -1193,10 +1193,8 @@ _prime_allocator()
 
 
 def _raise_copy(error: ConnectionLost | MuxerClosed) -> NoReturn:
-    """Raise a fresh copy of a recorded end (each raise gets its own traceback)."""
-    if isinstance(error, MuxerClosed):
-        raise MuxerClosed(str(error))
-    raise ConnectionLost(str(error), reason=error.reason) from error.__cause__
+    """Raise a fresh copy of a recorded end, with the same cause."""
+    raise fresh_copy(error) from error.__cause__
 
 
 def _buffered(stream: MplexStream) -> int:

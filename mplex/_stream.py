@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, final
 import trio
 
 from ._codec import Flag
-from ._errors import ConnectionLost, MuxerClosed, StreamReset
+from ._errors import ConnectionLost, MuxerClosed, StreamReset, fresh_copy
 from ._state import FINISHED_STATES, StreamEvent, StreamState, Verdict, transition
 from ._varint import encode_uvarint
 
@@ -334,7 +334,7 @@ class MplexStream(trio.abc.HalfCloseableStream):
         if self._failure is not None:
             raise self._failure_error() from self._failure.__cause__
         if self._send_failure is not None:
-            raise _fresh(self._send_failure, self.id) from self._send_failure.__cause__
+            raise fresh_copy(self._send_failure, self.id) from self._send_failure.__cause__
         raise trio.ClosedResourceError("send_eof() was called on this stream")
 
     # -- receiving -------------------------------------------------------------------------
@@ -566,18 +566,7 @@ class MplexStream(trio.abc.HalfCloseableStream):
 
     def _failure_error(self) -> BaseException:
         """A fresh exception describing the failure (each raise gets its own traceback)."""
-        return _fresh(self._failure, self.id)
+        return fresh_copy(self._failure, self.id)
 
     def _failure_cause(self) -> BaseException | None:
         return self._failure.__cause__ if self._failure is not None else None
-
-
-def _fresh(failure: BaseException | None, stream_id: int) -> BaseException:
-    """A fresh copy of ``failure`` to raise (each raise gets its own traceback)."""
-    if isinstance(failure, StreamReset):
-        return StreamReset(str(failure), stream_id=stream_id, by_peer=failure.by_peer)
-    if isinstance(failure, ConnectionLost):
-        return ConnectionLost(str(failure), reason=failure.reason)
-    if isinstance(failure, MuxerClosed):
-        return MuxerClosed(str(failure))
-    return trio.ClosedResourceError("this stream was closed")
