@@ -18,42 +18,89 @@ before a connection or stream is used.
 
 from __future__ import annotations
 
-from ._codec import MAX_MESSAGE_SIZE as MAX_MESSAGE_SIZE
-from ._codec import MAX_STREAM_ID as MAX_STREAM_ID
-from ._codec import PROTOCOL_ID as PROTOCOL_ID
-from ._codec import Decoder as Decoder
-from ._codec import Encoder as Encoder
-from ._codec import Flag as Flag
-from ._codec import Frame as Frame
-from ._config import Config as Config
-from ._config import SlowReaderPolicy as SlowReaderPolicy
-from ._errors import ConnectionLost as ConnectionLost
-from ._errors import EndReason as EndReason
-from ._errors import MuxerClosed as MuxerClosed
-from ._errors import StreamReset as StreamReset
-from ._exceptions import FrameTooLargeError as FrameTooLargeError
-from ._exceptions import InvalidVarintError as InvalidVarintError
-from ._exceptions import MplexError as MplexError
-from ._exceptions import ProtocolError as ProtocolError
-from ._exceptions import UnknownFlagError as UnknownFlagError
-from ._multistream import MAX_PROTOCOL_MESSAGE_SIZE as MAX_PROTOCOL_MESSAGE_SIZE
-from ._multistream import MULTISTREAM_PROTOCOL_ID as MULTISTREAM_PROTOCOL_ID
-from ._multistream import DialerNegotiation as DialerNegotiation
-from ._multistream import ListenerNegotiation as ListenerNegotiation
-from ._multistream import NegotiationError as NegotiationError
-from ._multistream import ProtocolNotSupportedError as ProtocolNotSupportedError
-from ._muxer import Muxer as Muxer
-from ._muxer import MuxerStats as MuxerStats
-from ._muxer import open_muxer as open_muxer
-from ._negotiation import accept_protocol as accept_protocol
-from ._negotiation import select_protocol as select_protocol
-from ._serve import StreamHandler as StreamHandler
-from ._serve import serve_connection as serve_connection
-from ._serve import serve_listeners as serve_listeners
-from ._serve import serve_tcp as serve_tcp
-from ._stream import MplexStream as MplexStream
-from ._varint import decode_uvarint as decode_uvarint
-from ._varint import encode_uvarint as encode_uvarint
+import importlib
+import sys
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ._codec import MAX_MESSAGE_SIZE as MAX_MESSAGE_SIZE
+    from ._codec import MAX_STREAM_ID as MAX_STREAM_ID
+    from ._codec import PROTOCOL_ID as PROTOCOL_ID
+    from ._codec import Decoder as Decoder
+    from ._codec import Encoder as Encoder
+    from ._codec import Flag as Flag
+    from ._codec import Frame as Frame
+    from ._config import Config as Config
+    from ._config import SlowReaderPolicy as SlowReaderPolicy
+    from ._errors import ConnectionLost as ConnectionLost
+    from ._errors import EndReason as EndReason
+    from ._errors import MuxerClosed as MuxerClosed
+    from ._errors import StreamReset as StreamReset
+    from ._exceptions import FrameTooLargeError as FrameTooLargeError
+    from ._exceptions import InvalidVarintError as InvalidVarintError
+    from ._exceptions import MplexError as MplexError
+    from ._exceptions import ProtocolError as ProtocolError
+    from ._exceptions import UnknownFlagError as UnknownFlagError
+    from ._multistream import MAX_PROTOCOL_MESSAGE_SIZE as MAX_PROTOCOL_MESSAGE_SIZE
+    from ._multistream import MULTISTREAM_PROTOCOL_ID as MULTISTREAM_PROTOCOL_ID
+    from ._multistream import DialerNegotiation as DialerNegotiation
+    from ._multistream import ListenerNegotiation as ListenerNegotiation
+    from ._multistream import NegotiationError as NegotiationError
+    from ._multistream import ProtocolNotSupportedError as ProtocolNotSupportedError
+    from ._muxer import Muxer as Muxer
+    from ._muxer import open_muxer as open_muxer
+    from ._negotiation import accept_protocol as accept_protocol
+    from ._negotiation import select_protocol as select_protocol
+    from ._serve import StreamHandler as StreamHandler
+    from ._serve import serve_connection as serve_connection
+    from ._serve import serve_listeners as serve_listeners
+    from ._serve import serve_tcp as serve_tcp
+    from ._stats import MuxerStats as MuxerStats
+    from ._stream import MplexStream as MplexStream
+    from ._varint import decode_uvarint as decode_uvarint
+    from ._varint import encode_uvarint as encode_uvarint
+
+#: Where each public name lives.  Names are imported on first use (PEP 562), so that
+#: ``import mplex`` or the sans-IO ``mplex._codec`` costs no trio import until a
+#: trio-layer name (``Muxer``, ``open_muxer``, ...) is asked for.
+_HOMES = {
+    "MAX_MESSAGE_SIZE": "._codec",
+    "MAX_STREAM_ID": "._codec",
+    "PROTOCOL_ID": "._codec",
+    "Decoder": "._codec",
+    "Encoder": "._codec",
+    "Flag": "._codec",
+    "Frame": "._codec",
+    "Config": "._config",
+    "SlowReaderPolicy": "._config",
+    "ConnectionLost": "._errors",
+    "EndReason": "._errors",
+    "MuxerClosed": "._errors",
+    "StreamReset": "._errors",
+    "FrameTooLargeError": "._exceptions",
+    "InvalidVarintError": "._exceptions",
+    "MplexError": "._exceptions",
+    "ProtocolError": "._exceptions",
+    "UnknownFlagError": "._exceptions",
+    "MAX_PROTOCOL_MESSAGE_SIZE": "._multistream",
+    "MULTISTREAM_PROTOCOL_ID": "._multistream",
+    "DialerNegotiation": "._multistream",
+    "ListenerNegotiation": "._multistream",
+    "NegotiationError": "._multistream",
+    "ProtocolNotSupportedError": "._multistream",
+    "Muxer": "._muxer",
+    "MuxerStats": "._stats",
+    "open_muxer": "._muxer",
+    "accept_protocol": "._negotiation",
+    "select_protocol": "._negotiation",
+    "StreamHandler": "._serve",
+    "serve_connection": "._serve",
+    "serve_listeners": "._serve",
+    "serve_tcp": "._serve",
+    "MplexStream": "._stream",
+    "decode_uvarint": "._varint",
+    "encode_uvarint": "._varint",
+}
 
 __version__ = "0.1.0"
 
@@ -98,13 +145,28 @@ __all__ = [
 ]
 
 
-def _show_public_names_as_mplex() -> None:
-    """Tracebacks and reprs say ``mplex.StreamReset``, not the private module it is
-    defined in (as trio does for its own names)."""
-    for name in __all__:
-        value = globals()[name]
-        if callable(value) and getattr(value, "__module__", "").startswith("mplex."):
-            value.__module__ = "mplex"
+def __getattr__(name: str) -> Any:
+    """Import a public name from its module the first time it is used."""
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'mplex' has no attribute {name!r}")
+    importlib.import_module(home, __name__)
+    # Publish every name whose module is loaded by now (the trio layer loads several),
+    # so that an error raised before its name is looked up still shows as mplex's.
+    for other, other_home in _HOMES.items():
+        module = sys.modules.get(__name__ + other_home)
+        if module is not None and other not in globals():
+            _publish(other, getattr(module, other))
+    return globals()[name]
 
 
-_show_public_names_as_mplex()
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
+
+
+def _publish(name: str, value: Any) -> None:
+    """Cache ``value`` as ``mplex.<name>``; tracebacks and reprs then say
+    ``mplex.StreamReset``, not the private module it is defined in (as trio does)."""
+    if callable(value) and getattr(value, "__module__", "").startswith("mplex."):
+        value.__module__ = "mplex"
+    globals()[name] = value

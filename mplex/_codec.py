@@ -118,6 +118,37 @@ class Encoder:
             raise ValueError(f"{len(data)} bytes do not fit one frame of {self.frame_size}")
         return encode_uvarint(stream_id << 3 | flag) + encode_uvarint(len(data)) + data
 
+    def prefix(self, stream_id: int, flag: Flag, size: int) -> bytes:
+        """The header and length varints of a frame of ``size`` body bytes: what goes
+        before the body (senders that keep bodies apart, for ``writev``, or that cache
+        it for a run of equal sizes)."""
+        if not 0 <= stream_id <= MAX_STREAM_ID:
+            raise ValueError(f"stream id out of range: {stream_id}")
+        if not 0 <= size <= self.frame_size:
+            raise ValueError(f"{size} bytes do not fit one frame of {self.frame_size}")
+        return encode_uvarint(stream_id << 3 | flag) + encode_uvarint(size)
+
+    def append(self, out: bytearray, stream_id: int, flag: Flag, data: bytes | bytearray | memoryview) -> int:
+        """Append ``data`` to ``out`` as whole frames of at most ``frame_size`` bytes
+        (one empty frame for empty ``data``); return how many frames.  Each frame is
+        appended whole, so a buffer shared by several senders never holds a part."""
+        view = memoryview(data).cast("B") if not isinstance(data, bytes | bytearray) else data
+        size = self.frame_size
+        if len(view) <= size:
+            out += self.prefix(stream_id, flag, len(view))
+            out += view
+            return 1
+        head = self.prefix(stream_id, flag, 0)[:-1]  # validates; a zero length is one byte
+        pieces = memoryview(view)
+        count = 0
+        for start in range(0, len(pieces), size):
+            piece = pieces[start : start + size]
+            out += head
+            out += encode_uvarint(len(piece))
+            out += piece
+            count += 1
+        return count
+
     def frames(self, stream_id: int, flag: Flag, data: bytes | bytearray | memoryview) -> Iterator[bytes]:
         """Encode ``data`` as as many frames of at most ``frame_size`` bytes as it needs."""
         view = memoryview(data)

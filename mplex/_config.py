@@ -44,9 +44,12 @@ class Config:
       ``max_resets_received``, ``max_ignored_frames``: abuse budgets per sliding window
       (10 s; 1,000; 1,000; 10,000; 10,000); going over one closes the connection with
       a ``ProtocolError``.
+    * ``socket_fast_path``: drive a ``trio.SocketStream``'s descriptor directly (True).
+    * ``prime_allocator``: tune glibc's malloc for large buffers when the first muxer
+      starts (True).
 
     Raises ``TypeError`` when a value has the wrong type (integer fields take ``int``
-    only) and ``ValueError`` when it is out of range; the message names the field.
+    only, switches ``bool``) and ``ValueError`` when it is out of range; the message names the field.
     """
 
     #: Largest frame body accepted.  A frame declaring more is a protocol error that
@@ -144,10 +147,26 @@ class Config:
     #: the two bytes of wire it takes, so a flood of them is a cheap attack.
     max_ignored_frames: int = 10_000
 
+    #: Over a ``trio.SocketStream`` on POSIX, read and write the socket's descriptor
+    #: directly (``os.read``/``os.write``/``os.writev``, only ever non-blocking) instead
+    #: of through the stream's methods: one scheduler pass less per message.  False
+    #: runs the generic path that every other transport (TLS, noise, memory) runs.
+    socket_fast_path: bool = True
+
+    #: When the first muxer of the process starts, allocate and free one 2 MiB block:
+    #: glibc's malloc then keeps large receive buffers in its heap instead of mapping
+    #: each one afresh (bulk receives fault far fewer pages).  It changes the process's
+    #: allocator behaviour, as any program that frees such a block does; False skips it.
+    prime_allocator: bool = True
+
     def __post_init__(self) -> None:
         for field in dataclasses.fields(self):
-            if field.name != "slow_reader_policy":
-                _check_number(field.name, field.type, getattr(self, field.name))
+            value = getattr(self, field.name)
+            if field.name in _SWITCHES:
+                if type(value) is not bool:
+                    raise TypeError(f"Config.{field.name} must be True or False, got {value!r}")
+            elif field.name != "slow_reader_policy":
+                _check_number(field.name, field.type, value)
         if self.max_send_frame_size > MAX_MESSAGE_SIZE:
             raise ValueError(
                 f"Config.max_send_frame_size must be at most {MAX_MESSAGE_SIZE} (1 MiB), "
@@ -161,6 +180,8 @@ class Config:
             raise ValueError("Config.max_connection_buffer must be >= max_stream_buffer")
 
 
+#: Fields that are on/off switches.
+_SWITCHES = frozenset({"socket_fast_path", "prime_allocator"})
 #: Fields that may be 0: a program that refuses every inbound stream.
 _MAY_BE_ZERO = frozenset({"max_inbound_streams"})
 

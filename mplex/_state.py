@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import enum
 
-__all__ = ["TRANSITIONS", "StreamEvent", "StreamState", "Verdict", "transition"]
+__all__ = ["TRANSITIONS", "ConnectionState", "StreamEvent", "StreamState", "Verdict", "transition"]
 
 
 class _IdentityHashed(enum.Enum):
@@ -26,6 +26,16 @@ class _IdentityHashed(enum.Enum):
     Python code, run for every table lookup and state-set test on the per-frame paths."""
 
     __hash__ = object.__hash__
+
+
+class ConnectionState(_IdentityHashed):
+    """Where a whole connection is, with trio's resource discipline: it runs (``OK``)
+    until the peer or the transport ends it (``BROKEN``) or we close it (``CLOSED``);
+    closing a broken connection makes it ``CLOSED``.  Never back to ``OK``."""
+
+    OK = "ok"
+    BROKEN = "broken"
+    CLOSED = "closed"
 
 
 class StreamState(_IdentityHashed):

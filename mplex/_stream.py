@@ -1,11 +1,15 @@
 """MplexStream: one mplex stream as a ``trio.abc.HalfCloseableStream``.
 
-The stream owns its receive buffer and its state; every byte it sends is appended, as
-whole frames, to the muxer's single outbound buffer, which the muxer writes in order
-(its writer task, or over TCP after a quiet spell the sending task itself, with one
-synchronous write).  So two streams' frames never interleave within a frame, and a
-cancelled ``send_all`` leaves only whole frames behind.  Over TCP a receiving task
-with nothing buffered reads the socket itself (see ``Muxer._receive_for``).
+The stream owns its state and its ``ReceiveBuffer``; every byte it sends is appended,
+as whole frames, to the connection's ``SendQueue``, which the muxer writes in order
+(its writer task, or over the socket path after a quiet spell the sending task itself,
+with one synchronous write).  So two streams' frames never interleave within a frame,
+and a cancelled ``send_all`` leaves only whole frames behind.  Over the socket path a
+receiving task with nothing buffered reads the socket itself (``Muxer._receive_for``).
+
+What the stream asks of the muxer is the small interface listed in the muxer's theory
+of operation; what the muxer's reader tells the stream are the methods under "events
+from the muxer's reader" below.
 
 Mapping of trio's stream contract onto mplex frames:
 
@@ -25,23 +29,21 @@ connection lost         like a reset, raising ``ConnectionLost``
 from __future__ import annotations
 
 import operator
-from collections import deque
 from typing import TYPE_CHECKING, final
 
 import trio
 
-from ._codec import Flag
+from ._codec import Encoder, Flag
 from ._errors import ConnectionLost, MuxerClosed, StreamReset, fresh_copy
+from ._receiving import ReceiveBuffer, UnreadData
+from ._sendqueue import SendQueue
 from ._state import FINISHED_STATES, StreamEvent, StreamState, Verdict, transition
-from ._varint import encode_uvarint
 
 if TYPE_CHECKING:
     from ._muxer import Muxer
 
 __all__ = ["MplexStream"]
 
-#: Received pieces shorter than this are merged while unread (see _deliver).
-_MERGE_BELOW = 4096
 _SENDABLE = frozenset({StreamState.OPEN, StreamState.REMOTE_CLOSED})
 _RECEIVABLE = frozenset({StreamState.OPEN, StreamState.LOCAL_CLOSED})
 Buffer = bytes | bytearray | memoryview
@@ -85,17 +87,31 @@ class MplexStream(trio.abc.HalfCloseableStream):
     them yourself.
     """
 
-    def __init__(self, muxer: Muxer, stream_id: int, name: bytes, *, is_initiator: bool) -> None:
+    def __init__(
+        self,
+        muxer: Muxer,
+        stream_id: int,
+        name: bytes,
+        *,
+        is_initiator: bool,
+        queue: SendQueue,
+        encoder: Encoder,
+        unread: UnreadData[MplexStream],
+    ) -> None:
         self._muxer = muxer
+        self._queue = queue
+        self._encoder = encoder
+        self._frame_size = encoder.frame_size
         #: The stream number (unique per opener, not per connection).
         self.id = stream_id
         #: The raw name from the NewStream frame (at most ``Config.max_stream_name_size``).
         self.name_bytes = name
         #: True if this side opened the stream.
         self.is_initiator = is_initiator
-        self._key = stream_id << 1 | is_initiator
-        data_flag = Flag.MESSAGE_INITIATOR if is_initiator else Flag.MESSAGE_RECEIVER
-        self._data_head = encode_uvarint(stream_id << 3 | data_flag)
+        #: Unique within the connection (each side numbers its own streams):
+        #: ``id << 1 | is_initiator``.
+        self.key = stream_id << 1 | is_initiator
+        self._data_flag = Flag.MESSAGE_INITIATOR if is_initiator else Flag.MESSAGE_RECEIVER
         self._last_size = -1
         self._last_prefix = b""
         self._state = StreamState.OPEN
@@ -106,9 +122,7 @@ class MplexStream(trio.abc.HalfCloseableStream):
         self._eof_sent = False  # our Close was queued: sending is over, whatever follows
         self._failure: BaseException | None = None  # why the stream broke, if it did
         self._send_failure: ConnectionLost | MuxerClosed | None = None  # why sends cannot go
-        self._chunks: deque[bytes | bytearray] = deque()
-        self._offset = 0  # bytes of _chunks[0] already handed out
-        self._buffered = 0  # unread bytes in _chunks
+        self._buffer = ReceiveBuffer(unread, self)
         self._recv_lot = trio.lowlevel.ParkingLot()
         self._send_busy = False
         self._recv_busy = False
@@ -134,9 +148,9 @@ class MplexStream(trio.abc.HalfCloseableStream):
         mark by its own size); wait with ``wait_send_all_might_not_block``
         or fall back to ``send_all``.  Otherwise the same errors as ``send_all``.
         """
-        m = self._muxer
-        out = m._outbuf
-        if self._send_busy or not self._can_send or len(out) >= m._high_water:
+        q = self._queue
+        out = q.buffer
+        if self._send_busy or not self._can_send or len(out) >= q.high_water:
             self._refuse_send_nowait()
         if data.__class__ is not bytes:
             data = _byte_buffer(data)  # len() must count bytes, before anything is queued
@@ -147,11 +161,11 @@ class MplexStream(trio.abc.HalfCloseableStream):
             # costs a fifth of the whole call, so this stays a copy.
             out += self._last_prefix
             out += data
-            m._frames_queued += 1
-            if m._writer_parked or (m._idle_scope is not None and len(out) >= m._flush_at):
-                m._queued(0)
+            q.frames += 1
+            if len(out) >= q.wake_at:
+                q.queued(0)
             return
-        if size <= m._frame_size:
+        if size <= self._frame_size:
             if size:
                 self._append_frame(out, data, size)
         else:
@@ -162,10 +176,10 @@ class MplexStream(trio.abc.HalfCloseableStream):
         send buffer, caching its prefix for the next write of the same size."""
         if size != self._last_size:
             self._last_size = size
-            self._last_prefix = self._data_head + encode_uvarint(size)
+            self._last_prefix = self._encoder.prefix(self.id, self._data_flag, size)
         out += self._last_prefix
         out += data
-        self._muxer._queued(1)
+        self._queue.queued(1)
 
     def _refuse_send_nowait(self) -> None:
         """Why send_nowait cannot queue now, as the exception to raise."""
@@ -186,8 +200,8 @@ class MplexStream(trio.abc.HalfCloseableStream):
             data = _byte_buffer(data)  # len() must count bytes, before anything is queued
         self._send_busy = True
         try:
-            m = self._muxer
-            if m._idle_scope is None:
+            q = self._queue
+            if not q.gathering:
                 # trio's socket idiom: raise if already cancelled, queue, then yield
                 # without cancellation.  The writer is then scheduled in the same pass
                 # as our yield (one pass less latency than yielding first), and a
@@ -204,29 +218,29 @@ class MplexStream(trio.abc.HalfCloseableStream):
                 if not yielded:
                     await _yield()
                 self._raise_send_error()
-            out = m._outbuf
+            out = q.buffer
             size = len(data)
-            if size == self._last_size and len(out) < m._high_water:
+            if size == self._last_size and len(out) < q.high_water:
                 # The hot path, as in send_nowait (a repeated size: cached prefix).
                 out += self._last_prefix
                 out += data
-                m._frames_queued += 1
-                if m._writer_parked or (m._idle_scope is not None and len(out) >= m._flush_at):
-                    m._queued(0)
+                q.frames += 1
+                if len(out) >= q.wake_at:
+                    q.queued(0)
                 if not yielded:
                     await _yield()
                 return
-            if size <= m._frame_size and len(out) < m._high_water:
+            if size <= self._frame_size and len(out) < q.high_water:
                 if size:
                     self._append_frame(out, data, size)
                 if not yielded:
                     await _yield()
                 return
-            if size <= m._frame_size:  # one frame, but the buffer is at the mark
+            if size <= self._frame_size:  # one frame, but the buffer is at the mark
                 if size:
-                    while len(m._outbuf) >= m._high_water:
+                    while not q.has_room:
                         yielded = await self._wait_for_writer()
-                    self._append_frame(m._outbuf, data, size)
+                    self._append_frame(q.buffer, data, size)
             elif await self._send_frames(memoryview(data).cast("B")):
                 yielded = True
             if not yielded:
@@ -238,25 +252,25 @@ class MplexStream(trio.abc.HalfCloseableStream):
         """send_all's part for data longer than one frame; True if it yielded.
 
         Over TCP, whenever nothing is queued or being written, the frames go to the
-        kernel from this task without a copy (``Muxer._write_frames_directly``); then
-        it waits for the writer to send what the kernel did not take.  If other
-        senders keep the buffer busy, it queues copies up to the high-water mark like
-        everyone else, so it is never starved.
+        kernel from this task without a copy (the socket path's ``writev``); then it
+        waits for the writer to send what the kernel did not take.  If other senders
+        keep the buffer busy, it queues copies up to the high-water mark like everyone
+        else, so it is never starved.
         """
         m = self._muxer
-        step = m._frame_size
+        q = self._queue
+        step = self._frame_size
         pos, end = 0, len(view)
-        direct = m._direct_sends_allowed()
+        direct = m._may_write_directly()
         waited = yielded = False
         while pos < end:
-            if direct and not m._outbuf and not m._writing:
-                pos = m._write_frames_directly(self, view, pos)
+            if direct and not q.buffer and not q.writing:
+                pos = m._write_directly(self.id, self._data_flag, view, pos)
                 waited = False
             elif direct and not waited:
-                if m._idle_scope is not None:
-                    m._idle_scope.cancel()  # write now, not when the program idles
+                q.flush_now()  # write now, not when the program idles
                 yielded = waited = await self._wait_for_writer()
-            elif len(m._outbuf) >= m._high_water:
+            elif not q.has_room:
                 yielded = await self._wait_for_writer()
             else:
                 self._queue_frames(view[pos : pos + step])
@@ -266,24 +280,14 @@ class MplexStream(trio.abc.HalfCloseableStream):
     async def _wait_for_writer(self) -> bool:
         """Wait until the writer has sent something (or the stream broke); True."""
         if self._can_send:  # else nothing would wake us: the failure woke everyone already
-            await self._muxer._writable_lot.park()
+            await self._queue.wait_for_room()
         if not self._can_send:
             await trio.lowlevel.cancel_shielded_checkpoint()
             self._raise_send_error()
         return True
 
     def _queue_frames(self, view: memoryview) -> None:
-        m = self._muxer
-        out = m._outbuf
-        step = m._frame_size
-        count = 0
-        for start in range(0, len(view), step):
-            piece = view[start : start + step]
-            out += self._data_head
-            out += encode_uvarint(len(piece))
-            out += piece
-            count += 1
-        m._queued(count)
+        self._queue.queued(self._encoder.append(self._queue.buffer, self.id, self._data_flag, view))
 
     async def wait_send_all_might_not_block(self) -> None:
         """See `trio.abc.SendStream.wait_send_all_might_not_block`."""
@@ -291,11 +295,11 @@ class MplexStream(trio.abc.HalfCloseableStream):
             raise trio.BusyResourceError("another task is sending on this stream")
         self._send_busy = True
         try:
-            m = self._muxer
-            if not self._can_send or len(m._outbuf) < m._high_water:
+            q = self._queue
+            if not self._can_send or q.has_room:
                 await trio.lowlevel.checkpoint()
             else:
-                await m._writable_lot.park()
+                await q.wait_for_room()
             if not self._can_send:
                 self._raise_send_error()
         finally:
@@ -317,7 +321,7 @@ class MplexStream(trio.abc.HalfCloseableStream):
             verdict = self._apply(StreamEvent.SEND_CLOSE)
             if verdict is Verdict.OK:
                 self._eof_sent = True
-                self._muxer._queue_control(self.id, self._flag(Flag.CLOSE_INITIATOR))
+                self._muxer._send_control(self.id, self._flag(Flag.CLOSE_INITIATOR))
                 self._refresh()
             elif verdict is Verdict.BROKEN:
                 self._raise_send_error()
@@ -360,92 +364,47 @@ class MplexStream(trio.abc.HalfCloseableStream):
                 # Over TCP, read the socket in this task (once: see _receive_for);
                 # otherwise, or if that read brought nothing for us, let the
                 # muxer's reader task deliver.
-                if self._muxer._can_lend():
+                if self._muxer._may_lend():
                     await self._muxer._receive_for(self)
                 while self._waiting_for_data():
                     await self._recv_lot.park()
             if self._closed_locally:
                 raise trio.ClosedResourceError("this stream was closed")
-            if self._buffered:
-                return self._take(max_bytes)
+            if self._buffer.size:
+                return self._buffer.take(max_bytes)
             if self._eof:
                 return b""
             raise self._failure_error() from self._failure_cause()
         finally:
             self._recv_busy = False
 
+    @property
+    def unread_bytes(self) -> int:
+        """Bytes received on this stream and not read yet (they count against
+        ``Config.max_stream_buffer`` and ``max_connection_buffer``)."""
+        return self._buffer.size
+
     def _waiting_for_data(self) -> bool:
         """True while receive_some has nothing to return or raise yet."""
-        return not self._buffered and self._can_receive and not self._closed_locally
+        return not self._buffer.size and self._can_receive and not self._closed_locally
 
     def _wake_receiver(self) -> None:
         """Something changed for a task waiting in receive_some: let it look again."""
         if self._recv_lot:
             self._recv_lot.unpark_all()
-        elif self._muxer._borrower_waiting is self:
-            self._muxer._wake_socket_waiters()  # it waits on the socket itself
-
-    def _take(self, max_bytes: int | None) -> bytes:
-        chunks = self._chunks
-        data: bytes | bytearray
-        if max_bytes is None or max_bytes >= self._buffered:
-            if len(chunks) == 1:
-                data = chunks[0][self._offset :] if self._offset else chunks[0]
-            else:
-                if self._offset:
-                    chunks[0] = chunks[0][self._offset :]
-                data = b"".join(chunks)
-            chunks.clear()
-            self._offset = 0
         else:
-            pieces = []
-            wanted = max_bytes
-            while wanted:
-                head = chunks[0]
-                available = len(head) - self._offset
-                if available <= wanted:
-                    pieces.append(head[self._offset :] if self._offset else head)
-                    chunks.popleft()
-                    self._offset = 0
-                    wanted -= available
-                else:
-                    pieces.append(head[self._offset : self._offset + wanted])
-                    self._offset += wanted
-                    wanted = 0
-            data = pieces[0] if len(pieces) == 1 else b"".join(pieces)
-        if type(data) is not bytes:
-            data = bytes(data)  # a merged chunk (see _deliver)
-        self._buffered -= len(data)
-        self._muxer._released(self, len(data))
-        return data
+            self._muxer._wake_receiver_on_socket(self)  # it may wait on the socket itself
 
-    def _deliver(self, data: bytes) -> None:
-        """Called by the muxer's reader for each (possibly merged) Message frame.
-
-        Small pieces that pile up unread are merged into one chunk of up to
-        ``_MERGE_BELOW`` bytes, so unread data costs about its size in memory, not an
-        object per frame (a peer sending one byte per read would otherwise make the
-        buffer limits count a twentieth of what is held)."""
-        chunks = self._chunks
-        if chunks and len(data) < _MERGE_BELOW and len(chunks[-1]) < _MERGE_BELOW:
-            last = chunks[-1]
-            if type(last) is bytes:
-                last = chunks[-1] = bytearray(last)
-            last += data
-        else:
-            chunks.append(data)
-        self._buffered += len(data)
+    def _deliver(self, data: bytes) -> bool:
+        """The reader's delivery of one (possibly merged) Message frame; True if the
+        stream now holds more than ``Config.max_stream_buffer`` unread bytes."""
+        over = self._buffer.append(data)
         self._wake_receiver()
+        return over
 
     def _discard(self) -> int:
         """Drop unread data; return how much there was."""
-        dropped = self._buffered
-        if dropped:
-            self._chunks.clear()
-            self._offset = 0
-            self._buffered = 0
-            self._muxer._released(self, dropped)
-        return dropped
+        return self._buffer.discard()
 
     # -- closing ---------------------------------------------------------------------------
 
@@ -463,7 +422,7 @@ class MplexStream(trio.abc.HalfCloseableStream):
             if dropped and self._state in _RECEIVABLE:
                 self._send_reset()
             elif self._apply(StreamEvent.SEND_CLOSE) is Verdict.OK:
-                self._muxer._queue_control(self.id, self._flag(Flag.CLOSE_INITIATOR))
+                self._muxer._send_control(self.id, self._flag(Flag.CLOSE_INITIATOR))
             self._refresh()
             self._muxer._release_slot(self)
         await trio.lowlevel.checkpoint()
@@ -482,7 +441,7 @@ class MplexStream(trio.abc.HalfCloseableStream):
 
     def _send_reset(self) -> None:
         if self._apply(StreamEvent.SEND_RESET) is Verdict.OK:
-            self._muxer._queue_control(self.id, self._flag(Flag.RESET_INITIATOR))
+            self._muxer._send_control(self.id, self._flag(Flag.RESET_INITIATOR))
 
     # -- events from the muxer's reader ----------------------------------------------------
 
@@ -508,20 +467,21 @@ class MplexStream(trio.abc.HalfCloseableStream):
             self._send_reset()
             self._refresh()
 
-    def _reset_for_overflow(self) -> None:
+    def _reset_for_overflow(self) -> bool:
         """The slow-reader policy gave up on this stream (the muxer freed its unread
-        data first): reset it."""
-        if self._apply(StreamEvent.SEND_RESET) is Verdict.OK:
-            self._muxer._queue_control(self.id, self._flag(Flag.RESET_INITIATOR))
-            self._muxer._stats.streams_reset_by_policy += 1
-            self._fail(
-                StreamReset(
-                    f"stream {self.id} was reset by the slow-reader policy: its unread data "
-                    f"went over Config.max_stream_buffer or max_connection_buffer",
-                    stream_id=self.id,
-                    by_peer=False,
-                )
+        data first): reset it.  False if it was reset already."""
+        if self._apply(StreamEvent.SEND_RESET) is not Verdict.OK:
+            return False
+        self._muxer._send_control(self.id, self._flag(Flag.RESET_INITIATOR))
+        self._fail(
+            StreamReset(
+                f"stream {self.id} was reset by the slow-reader policy: its unread data "
+                f"went over Config.max_stream_buffer or max_connection_buffer",
+                stream_id=self.id,
+                by_peer=False,
             )
+        )
+        return True
 
     def _connection_lost(self, error: ConnectionLost | MuxerClosed) -> None:
         if self._failure is None:
@@ -558,11 +518,9 @@ class MplexStream(trio.abc.HalfCloseableStream):
             alive and not self._closed_locally and not self._eof and self._state in _RECEIVABLE
         )
         self._wake_receiver()
-        m = self._muxer
-        if m._writable_lot:
-            m._writable_lot.unpark_all()
+        self._queue.wake_senders()
         if self._state in FINISHED_STATES or self._failure is not None:
-            m._forget(self)
+            self._muxer._forget(self)
 
     def _failure_error(self) -> BaseException:
         """A fresh exception describing the failure (each raise gets its own traceback)."""

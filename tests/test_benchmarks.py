@@ -32,11 +32,13 @@ def test_quick_suite_produces_every_case_and_baseline(tmp_path: pathlib.Path) ->
     assert ("32B", "py-libp2p mplex (10.5 MB)") in labels
     assert ("fan-out", "js-libp2p mplex") in labels
     assert ("bulk 1 MiB, 512 B frames", "mplex") in labels
+    assert ("TLS bulk 1 MiB", "raw trio SSLStream") in labels
+    assert ("TLS 32B", "mplex send_nowait over bare TCP") in labels
     assert ("host 32B", "py-libp2p host, our mplex") in labels
     assert ("host latency", "js-libp2p node pair, mplex") in labels
     assert any(label.startswith("js-libp2p node dialing a py-libp2p host") for _, label in labels)
     # py-libp2p's own mplex cannot do full-duplex echo: its row says so (and the suite goes on).
     assert "did not complete" in result.stdout
-    assert len(saved["cases"]) == 15
+    assert len(saved["cases"]) == 20
     assert "Targets (issue 3):" in result.stdout
     assert "more targets need" not in result.stdout  # every target was measured

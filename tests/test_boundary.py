@@ -139,6 +139,8 @@ class TestArgumentTypes:
             ("abuse_window", float("inf"), ValueError),
             ("max_stream_buffer", -1, ValueError),
             ("slow_reader_policy", "drop", ValueError),
+            ("socket_fast_path", 1, TypeError),
+            ("prime_allocator", None, TypeError),
         ],
     )
     def test_config_names_the_field_and_takes_the_right_type(

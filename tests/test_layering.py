@@ -13,6 +13,9 @@ SANS_IO = [
     "mplex._exceptions",
     "mplex._budget",
     "mplex._multistream",
+    "mplex._stats",
+    "mplex._core",
+    "mplex._receiving",
 ]
 
 

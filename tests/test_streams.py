@@ -108,7 +108,7 @@ class TestReset:
             stream.reset()
             peer = await right.accept_stream()
             with trio.fail_after(10):
-                while peer._state is not mplex._state.StreamState.RESET:
+                while right.stats.resets_received == 0:
                     await settle()
             assert await peer.receive_some() == b"before the reset"
             with pytest.raises(mplex.StreamReset):
@@ -228,4 +228,4 @@ class TestManyStreams:
                     for index in range(len(payloads)):
                         nursery.start_soon(client, index)
         assert [echoed[i] == payloads[i] for i in range(len(payloads))] == [True] * len(payloads)
-        assert len(left._streams) == len(right._streams) == 0
+        assert left.stats.live_streams == right.stats.live_streams == 0

@@ -10,9 +10,14 @@ their peak RSS.  Implementations ("impls"):
   prefix, one bytearray, one ``send_all`` per 64 KiB; the receiver decodes frame by
   frame.  The least any Python mplex must do: the "framing floor".
 
+With ``--tls 1`` every TCP connection carries TLS 1.3 (``trio.SSLStream``; the server's
+certificate is made at start-up with trustme), for the mplex and raw impls alike.
+
 Server behaviour per stream (mplex) or per connection (raw): the first byte the client
-sends chooses it: ``S`` sink (read to EOF, answer with the byte count, close) or ``E``
-echo (send back whatever arrives, close at EOF).
+sends chooses it: ``S`` sink (read to EOF, answer with the byte count, close), ``L``
+counted sink (an 8-byte length, then that many bytes, answered with the count: for a
+raw TLS connection, which has no half-close) or ``E`` echo (send back whatever arrives,
+close at EOF).
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ import logging
 import os
 import resource
 import socket
+import ssl
 import sys
 import time
 from typing import Any
@@ -55,21 +61,65 @@ def nodelay(stream: trio.SocketStream) -> None:
     stream.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, True)
 
 
+def tls_context(server_side: bool) -> ssl.SSLContext:
+    """TLS 1.3 only.  The server's certificate comes from a throwaway trustme CA; the
+    client does not verify it (the benchmark measures the channel, not the PKI)."""
+    if server_side:
+        import trustme  # noqa: PLC0415  (only the TLS cases need it)
+
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        trustme.CA().issue_cert("127.0.0.1").configure_cert(context)
+    else:
+        context = ssl.create_default_context()
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    context.minimum_version = ssl.TLSVersion.TLSv1_3
+    return context
+
+
+async def secured(
+    conn: trio.SocketStream, context: ssl.SSLContext | None, server_side: bool
+) -> trio.abc.Stream:
+    """``conn`` itself, or TLS over it with the handshake done (so no case times it)."""
+    nodelay(conn)
+    if context is None:
+        return conn
+    stream = trio.SSLStream(conn, context, server_side=server_side)
+    await stream.do_handshake()
+    return stream
+
+
+async def receive_exactly(stream: trio.abc.ReceiveStream, size: int) -> bytes:
+    got = bytearray()
+    while len(got) < size:
+        data = await stream.receive_some(size - len(got))
+        if not data:
+            raise RuntimeError(f"the stream ended after {len(got)} of {size} bytes")
+        got += data
+    return bytes(got)
+
+
 # --- servers --------------------------------------------------------------------------
 
 
-async def serve_stream(stream: trio.abc.HalfCloseableStream) -> None:
+async def serve_stream(stream: trio.abc.Stream) -> None:
     try:
         await serve_stream_modes(stream)
     except trio.BrokenResourceError:
         pass  # the client went away mid-stream: that ends this stream, not the server
 
 
-async def serve_stream_modes(stream: trio.abc.HalfCloseableStream) -> None:
+async def serve_stream_modes(stream: trio.abc.Stream) -> None:
     mode = await stream.receive_some(1)
     if mode == b"S":
         count = 0
         while data := await stream.receive_some():
+            count += len(data)
+        await stream.send_all(count.to_bytes(8, "big"))
+    elif mode == b"L":
+        left = int.from_bytes(await receive_exactly(stream, 8), "big")
+        count = 0
+        while count < left and (data := await stream.receive_some()):
             count += len(data)
         await stream.send_all(count.to_bytes(8, "big"))
     elif mode == b"E":
@@ -82,7 +132,7 @@ async def serve_stream_modes(stream: trio.abc.HalfCloseableStream) -> None:
 MANY_STREAMS = mplex.Config(max_inbound_streams=20_000, max_outbound_streams=20_000, accept_backlog=20_000)
 
 
-async def serve_mplex(transport: trio.SocketStream) -> None:
+async def serve_mplex(transport: trio.abc.Stream) -> None:
     async with mplex.open_muxer(transport, MANY_STREAMS) as muxer, trio.open_nursery() as nursery:
         # A client that hangs up with our last frames unread makes its kernel reset the
         # connection: the case is over by then (the client checks its own results).
@@ -91,10 +141,10 @@ async def serve_mplex(transport: trio.SocketStream) -> None:
                 nursery.start_soon(serve_stream, stream)
 
 
-async def serve_floor(transport: trio.SocketStream) -> None:
+async def serve_floor(transport: trio.abc.Stream) -> None:
     """Decode Message frames one by one; answer with the byte count at EOF."""
     count = 0
-    pending = b""
+    pending: bytes | bytearray = b""
     while data := await transport.receive_some(256 * 1024):
         data = pending + data if pending else data
         pos, end = 0, len(data)
@@ -109,7 +159,7 @@ async def serve_floor(transport: trio.SocketStream) -> None:
     await transport.send_all(count.to_bytes(8, "big"))
 
 
-def _frame_at(data: bytes, pos: int, end: int) -> tuple[int, int] | None:
+def _frame_at(data: bytes | bytearray, pos: int, end: int) -> tuple[int, int] | None:
     """A plain per-frame decode: two varints, then the body's bounds."""
     values = []
     for _ in range(2):
@@ -128,15 +178,16 @@ def _frame_at(data: bytes, pos: int, end: int) -> tuple[int, int] | None:
     return (pos, stop) if stop <= end else None
 
 
-async def serve(impl: str, ready_file: str | None) -> None:
+async def serve(impl: str, tls: bool) -> None:
+    context = tls_context(server_side=True) if tls else None
     listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
     port = listeners[0].socket.getsockname()[1]
     print(f"READY {port}", flush=True)
     async with trio.open_nursery() as nursery:
         if impl == "raw":
             # One connection per client stream; serve until the client says done.
-            async def handle(conn: trio.SocketStream) -> None:
-                nodelay(conn)
+            async def handle(tcp: trio.SocketStream) -> None:
+                conn = await secured(tcp, context, server_side=True)
                 if await conn.receive_some(1) == b"Q":
                     nursery.cancel_scope.cancel()
                     return
@@ -144,14 +195,13 @@ async def serve(impl: str, ready_file: str | None) -> None:
 
             nursery.start_soon(trio.serve_listeners, handle, listeners)
         else:
-            conn = await listeners[0].accept()
-            nodelay(conn)
+            conn = await secured(await listeners[0].accept(), context, server_side=True)
             await (serve_mplex if impl == "mplex" else serve_floor)(conn)
             nursery.cancel_scope.cancel()
     emit(role="server")
 
 
-async def serve_stream_raw(conn: trio.SocketStream) -> None:
+async def serve_stream_raw(conn: trio.abc.Stream) -> None:
     """A raw connection: the first byte was consumed by the dispatcher; read the mode."""
     await serve_stream(conn)
 
@@ -162,23 +212,26 @@ async def serve_stream_raw(conn: trio.SocketStream) -> None:
 class Client:
     """Opens 'streams' of the chosen impl to the server."""
 
-    def __init__(self, impl: str, port: int) -> None:
+    def __init__(self, impl: str, port: int, tls: bool = False) -> None:
         self.impl = impl
         self.port = port
         self.muxer: mplex.Muxer | None = None
+        self.tls = tls_context(server_side=False) if tls else None
 
-    async def connect(self) -> trio.SocketStream:
-        conn = await trio.open_tcp_stream("127.0.0.1", self.port)
-        nodelay(conn)
-        return conn
+    async def connect(self) -> trio.abc.Stream:
+        return await secured(await trio.open_tcp_stream("127.0.0.1", self.port), self.tls, server_side=False)
 
-    async def stream(self, mode: bytes) -> trio.abc.HalfCloseableStream:
+    async def stream(self, mode: bytes, sink_size: int = 0) -> trio.abc.Stream:
+        """A stream in ``mode``; a sink of ``sink_size`` bytes over a connection that
+        cannot half-close (raw TLS) is a counted sink instead."""
         if self.impl == "mplex":
             assert self.muxer is not None
-            stream: trio.abc.HalfCloseableStream = await self.muxer.open_stream()
+            stream: trio.abc.Stream = await self.muxer.open_stream()
         else:
             stream = await self.connect()
             await stream.send_all(b"D")  # "data connection" marker for the dispatcher
+        if mode == b"S" and not isinstance(stream, trio.abc.HalfCloseableStream):
+            mode = b"L" + sink_size.to_bytes(8, "big")
         await stream.send_all(mode)
         return stream
 
@@ -196,9 +249,22 @@ async def read_to_eof(stream: trio.abc.ReceiveStream) -> bytes:
     return b"".join(chunks)
 
 
-async def sink_ack(stream: trio.abc.HalfCloseableStream, expected: int) -> None:
-    await stream.send_eof()
-    count = int.from_bytes(await read_to_eof(stream), "big")
+async def end_of_requests(stream: trio.abc.Stream) -> None:
+    """Half-close, or (a raw TLS connection) close: the server's loop ends either way."""
+    if isinstance(stream, trio.abc.HalfCloseableStream):
+        await stream.send_eof()
+        await read_to_eof(stream)
+    else:
+        await stream.aclose()
+
+
+async def sink_ack(stream: trio.abc.Stream, expected: int) -> None:
+    if isinstance(stream, trio.abc.HalfCloseableStream):
+        await stream.send_eof()
+        count = int.from_bytes(await read_to_eof(stream), "big")
+    else:  # a counted sink
+        count = int.from_bytes(await receive_exactly(stream, 8), "big")
+        await stream.aclose()
     if count != expected:
         raise RuntimeError(f"server counted {count} bytes, expected {expected}")
 
@@ -207,7 +273,7 @@ async def case_small(client: Client, args: argparse.Namespace) -> dict[str, Any]
     """``count`` writes of ``size`` bytes on one stream (send_nowait or send_all)."""
     count, size = args.count, args.size
     chunk = b"x" * size
-    stream = await client.stream(b"S")
+    stream = await client.stream(b"S", count * size)
     start = time.perf_counter()
     if args.api == "nowait":
         assert isinstance(stream, mplex.MplexStream)
@@ -229,6 +295,7 @@ async def case_small(client: Client, args: argparse.Namespace) -> dict[str, Any]
 async def case_floor(client: Client, args: argparse.Namespace) -> dict[str, Any]:
     """The framing floor's sender: cached prefix, one bytearray, a write per 64 KiB."""
     conn = await client.connect()
+    assert isinstance(conn, trio.SocketStream)
     count, size = args.count, args.size
     chunk = b"x" * size
     prefix = mplex.encode_uvarint(0 << 3 | 2) + mplex.encode_uvarint(size)
@@ -252,7 +319,7 @@ async def case_floor(client: Client, args: argparse.Namespace) -> dict[str, Any]
 async def case_bulk(client: Client, args: argparse.Namespace) -> dict[str, Any]:
     """``count`` sends of ``size`` bytes on one stream."""
     data = os.urandom(args.size)
-    stream = await client.stream(b"S")
+    stream = await client.stream(b"S", args.count * args.size)
     start = time.perf_counter()
     for _ in range(args.count):
         await stream.send_all(data)
@@ -266,7 +333,7 @@ async def case_fanout(client: Client, args: argparse.Namespace) -> dict[str, Any
     total = args.count * args.size
 
     async def one() -> None:
-        stream = await client.stream(b"S")
+        stream = await client.stream(b"S", total)
         for _ in range(args.count):
             await stream.send_all(chunk)
         await sink_ack(stream, total)
@@ -286,6 +353,7 @@ async def case_reqresp(client: Client, args: argparse.Namespace) -> dict[str, An
         if client.impl == "raw" and args.per_request:  # the request's own connection
             for _ in range(args.count):
                 conn = await client.connect()
+                assert isinstance(conn, trio.abc.HalfCloseableStream)
                 await conn.send_all(b"DE" + request)  # data connection, echo mode, request
                 await conn.send_eof()
                 if len(await read_to_eof(conn)) != 32:
@@ -344,8 +412,7 @@ def percentiles(times: list[float]) -> dict[str, float]:
 async def case_latency(client: Client, args: argparse.Namespace) -> dict[str, Any]:
     stream = await client.stream(b"E")
     times = await ping_pong(stream, args.count)
-    await stream.send_eof()
-    await read_to_eof(stream)
+    await end_of_requests(stream)
     return percentiles(times)
 
 
@@ -371,8 +438,7 @@ async def case_fairness(client: Client, args: argparse.Namespace) -> dict[str, A
     async with trio.open_nursery() as nursery:
         nursery.start_soon(send_bulk)
         nursery.start_soon(ping_while_bulk)
-    await pings.send_eof()
-    await read_to_eof(pings)
+    await end_of_requests(pings)
     return {**percentiles(times), "pings": len(times)}
 
 
@@ -399,7 +465,7 @@ CASES = {
 
 
 async def run_client(args: argparse.Namespace) -> None:
-    client = Client(args.impl, args.port)
+    client = Client(args.impl, args.port, bool(args.tls))
     if args.impl == "mplex":
         transport = await client.connect()
         config = MANY_STREAMS
@@ -445,13 +511,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--streams", type=int, default=1)
     parser.add_argument("--per-request", type=int, default=0, help="reqresp over raw TCP: a connection each")
     parser.add_argument("--frame-size", type=int, default=0, help="Config.max_send_frame_size (0: default)")
-    parser.add_argument("--ready-file")
+    parser.add_argument("--tls", type=int, default=0, help="1: TLS 1.3 over every TCP connection")
     parser.add_argument("--log-level", help="configure logging at this level (cost of tracing checks)")
     args = parser.parse_args(argv)
     if args.log_level:
         logging.basicConfig(level=args.log_level, stream=sys.stderr)
     if args.role == "server":
-        trio.run(serve, args.impl, args.ready_file)
+        trio.run(serve, args.impl, bool(args.tls))
     elif args.role == "memory":
         trio.run(memory_case, args)
     else:

@@ -153,11 +153,44 @@ def targets() -> list[Target]:
             "x",
         ),
         ("fairness: ping p99 during a 256 MiB transfer", fairness, "max", " ms"),
+        *tls_targets(faster, time_ratio),
         *host_targets(faster, time_ratio),
         ("peak RSS per process, 32 B case", rss_32, "max", " MiB"),
         ("RSS per idle open stream", idle, "max", " KiB"),
     ]
     return found
+
+
+def tls_targets(
+    faster: Callable[[str, tuple[str, str], tuple[str, str], float], Target],
+    time_ratio: Callable[[str, str, str, str, float], Measure],
+) -> list[Target]:
+    """Targets over TLS 1.3 (``trio.SSLStream``), against a raw ``SSLStream``."""
+    return [
+        *[
+            faster(
+                f"TLS bulk {size} vs raw trio SSLStream (throughput)",
+                (f"TLS bulk {size}", "mplex"),
+                (f"TLS bulk {size}", "raw trio SSLStream"),
+                0.85,
+            )
+            for size in ("64 KiB", "1 MiB")
+        ],
+        (
+            "TLS 32 B send_nowait time vs the same over bare TCP",
+            time_ratio(
+                "TLS 32B", "mplex send_nowait over TLS", "mplex send_nowait over bare TCP", "seconds", 1.3
+            ),
+            "max",
+            "x",
+        ),
+        (
+            "TLS latency p50 vs raw trio SSLStream",
+            time_ratio("TLS latency", "mplex", "raw trio SSLStream", "p50_us", 1.2),
+            "max",
+            "x",
+        ),
+    ]
 
 
 OURS_IN_A_HOST = "py-libp2p host, our mplex"

@@ -182,6 +182,7 @@ def cases(quick: bool, only: set[str]) -> list[Case]:
                 )
             ],
         ),
+        *tls_cases(scale),
         *host_cases(scale),
         Case(
             "idle streams",
@@ -197,6 +198,56 @@ def cases(quick: bool, only: set[str]) -> list[Case]:
         ),
     ]
     return [c for c in all_cases if not only or c.name in only]
+
+
+def tls_cases(scale: int) -> list[Case]:
+    """The cases a secured libp2p channel meets, over TLS 1.3 (``trio.SSLStream``),
+    each against a raw ``SSLStream`` baseline run in the same invocation."""
+    n32 = 3_276_800 // scale
+    small = {"case": "small", "size": 32, "count": n32, "api": "nowait"}
+    tls = {"tls": 1}
+    fanout = {"case": "fanout", "streams": 100, "size": 1024, "count": 1024 // scale}
+    latency = {"case": "latency", "count": 10_000 // scale}
+    return [
+        Case(
+            "TLS 32B",
+            f"{n32 * 32 / MB:g} MB in 32 B send_nowait writes on one stream, TLS 1.3 and bare TCP",
+            [
+                Run("mplex send_nowait over TLS", "mplex", {**small, **tls}),
+                Run("mplex send_nowait over bare TCP", "mplex", small),
+            ],
+        ),
+        *[
+            Case(
+                f"TLS bulk {label}",
+                f"{count * size / MIB:g} MiB in {label} sends on one stream, TLS 1.3",
+                [
+                    Run("mplex", "mplex", {"case": "bulk", "size": size, "count": count, **tls}),
+                    Run("raw trio SSLStream", "raw", {"case": "bulk", "size": size, "count": count, **tls}),
+                ],
+            )
+            for label, size, count in [
+                ("64 KiB", 64 * 1024, 4096 // scale),
+                ("1 MiB", MIB, max(2, 256 // scale)),
+            ]
+        ],
+        Case(
+            "TLS fan-out",
+            f"100 streams x {1024 // scale} KiB in 1 KiB sends, concurrently, TLS 1.3",
+            [
+                Run("mplex", "mplex", {**fanout, **tls}),
+                Run("raw, 100 TLS connections", "raw", {**fanout, **tls}),
+            ],
+        ),
+        Case(
+            "TLS latency",
+            f"{10_000 // scale} sequential 32 B round trips on one stream, TLS 1.3",
+            [
+                Run("mplex", "mplex", {**latency, **tls}, "p50_us"),
+                Run("raw trio SSLStream", "raw", {**latency, **tls}, "p50_us"),
+            ],
+        ),
+    ]
 
 
 def host_cases(scale: int) -> list[Case]:
@@ -272,12 +323,14 @@ def peer_command(role: str, run: Run, port: int = 0, addr: str = "") -> list[str
         command = [sys.executable, "-m", "mplex._bench.peer", role, "--impl", _peer_impl(run.impl)]
     if port:
         command += ["--port", str(port)]
-    if role != "server":
-        for key, value in run.args.items():
+    for key, value in run.args.items():
+        if role != "server" or key in SERVER_ARGS:
             command += [f"--{key}", str(value)]
-    elif "log-level" in run.args:
-        command += ["--log-level", str(run.args["log-level"])]
     return command
+
+
+#: The arguments of a run that its server needs too.
+SERVER_ARGS = frozenset({"log-level", "tls"})
 
 
 def host_command(role: str, run: Run, addr: str) -> list[str]:
@@ -429,6 +482,11 @@ def unavailable(run: Run) -> str | None:
             return "node is not installed"
         if not (CHECKOUT.parent / "tests" / "interop" / "node_modules").is_dir():
             return "the js peer is not installed (run `make bench` in a source checkout)"
+    if run.args.get("tls"):
+        try:
+            import trustme  # noqa: F401, PLC0415  (the TLS server's certificate)
+        except ImportError:
+            return "trustme is not installed (it makes the TLS server's certificate)"
     if run.impl == "pylibp2p" or (run.impl.startswith("host-") and run.impl != "host-js"):
         python = pylibp2p_python()
         probe = subprocess.run([python, "-c", "import libp2p"], capture_output=True, check=False)

@@ -1,0 +1,129 @@
+"""The receive side's memory: each stream's unread data, and the connection-wide count
+that the slow-reader policies act on (sans-IO).
+
+``ReceiveBuffer`` holds one stream's unread pieces.  Small pieces that pile up unread
+are merged into one chunk of up to ``_MERGE_BELOW`` bytes, so unread data costs about
+its size in memory, not an object per frame (a peer sending one byte per read would
+otherwise make the limits count a twentieth of what is held).
+
+``UnreadData`` counts every stream's unread bytes together and knows which streams are
+over ``Config.max_stream_buffer``; the muxer's reader stops reading while
+``over_limits`` holds, and the policy (block, reset, block-then-reset) decides what
+gives.  Every byte is counted from the moment it is delivered until it is read or
+dropped, so what ``max_connection_buffer`` bounds is exactly what the program holds.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from typing import Generic, TypeVar
+
+__all__ = ["ReceiveBuffer", "UnreadData"]
+
+#: Received pieces shorter than this are merged while unread.
+_MERGE_BELOW = 4096
+
+T = TypeVar("T")
+
+
+class UnreadData(Generic[T]):
+    """All streams' unread bytes, and the streams (``T``) over their own limit."""
+
+    def __init__(self, max_stream: int, max_connection: int, on_release: Callable[[], None]) -> None:
+        #: ``Config.max_stream_buffer`` and ``Config.max_connection_buffer``.
+        self.max_stream = max_stream
+        self.max_connection = max_connection
+        #: Unread bytes of every stream together.
+        self.total = 0
+        #: Streams holding more than ``max_stream`` unread bytes (under a blocking policy).
+        self.overfull: set[T] = set()
+        self._on_release = on_release
+
+    def over_limits(self) -> bool:
+        """True while the reader must not read: a stream is over its limit, or all
+        streams together are over the connection's."""
+        return bool(self.overfull) or self.total > self.max_connection
+
+    def released(self, owner: T, holding: int, amount: int) -> None:
+        """``amount`` unread bytes of ``owner`` were read or dropped; it still holds
+        ``holding``.  Whoever waits for room hears of it."""
+        self.total -= amount
+        if holding <= self.max_stream:
+            self.overfull.discard(owner)
+        self._on_release()
+
+
+class ReceiveBuffer(Generic[T]):
+    """One stream's unread data, counted in its connection's ``UnreadData``."""
+
+    __slots__ = ("_account", "_chunks", "_offset", "_owner", "size")
+
+    def __init__(self, account: UnreadData[T], owner: T) -> None:
+        self._account = account
+        self._owner = owner
+        self._chunks: deque[bytes | bytearray] = deque()
+        self._offset = 0  # bytes of _chunks[0] already handed out
+        #: Unread bytes.
+        self.size = 0
+
+    def append(self, data: bytes) -> bool:
+        """Store one received piece; True if the stream is now over ``max_stream``."""
+        chunks = self._chunks
+        if chunks and len(data) < _MERGE_BELOW and len(chunks[-1]) < _MERGE_BELOW:
+            last = chunks[-1]
+            if type(last) is bytes:
+                last = chunks[-1] = bytearray(last)
+            last += data
+        else:
+            chunks.append(data)
+        self.size += len(data)
+        account = self._account
+        account.total += len(data)
+        return self.size > account.max_stream
+
+    def take(self, max_bytes: int | None) -> bytes:
+        """Up to ``max_bytes`` (None: all) unread bytes, as one ``bytes``; the buffer
+        must not be empty."""
+        chunks = self._chunks
+        data: bytes | bytearray
+        if max_bytes is None or max_bytes >= self.size:
+            if len(chunks) == 1:
+                data = chunks[0][self._offset :] if self._offset else chunks[0]
+            else:
+                if self._offset:
+                    chunks[0] = chunks[0][self._offset :]
+                data = b"".join(chunks)
+            chunks.clear()
+            self._offset = 0
+        else:
+            pieces = []
+            wanted = max_bytes
+            while wanted:
+                head = chunks[0]
+                available = len(head) - self._offset
+                if available <= wanted:
+                    pieces.append(head[self._offset :] if self._offset else head)
+                    chunks.popleft()
+                    self._offset = 0
+                    wanted -= available
+                else:
+                    pieces.append(head[self._offset : self._offset + wanted])
+                    self._offset += wanted
+                    wanted = 0
+            data = pieces[0] if len(pieces) == 1 else b"".join(pieces)
+        if type(data) is not bytes:
+            data = bytes(data)  # a merged chunk
+        self.size -= len(data)
+        self._account.released(self._owner, self.size, len(data))
+        return data
+
+    def discard(self) -> int:
+        """Drop all unread data; return how much there was."""
+        dropped = self.size
+        if dropped:
+            self._chunks.clear()
+            self._offset = 0
+            self.size = 0
+            self._account.released(self._owner, 0, dropped)
+        return dropped
