@@ -41,7 +41,7 @@ it with one ``writev`` straight from the caller's buffer.  See spec section 8.
 
 What streams ask of their connection is this module's small internal interface:
 ``_send_control``, ``_may_write_directly``/``_write_directly``, ``_may_lend``/
-``_receive_for``, ``_wake_receiver_on_socket``, ``_release_slot`` and ``_forget``;
+``_receive_for``, ``_wake_borrower``, ``_release_slot`` and ``_forget``;
 streams append to the ``SendQueue`` and their ``ReceiveBuffer`` directly.
 
 The connection's own state is a ``ConnectionState``: ``OK`` while it runs, then
@@ -69,18 +69,20 @@ from ._core import ConnectionCore, key_of
 from ._errors import ConnectionLost, EndReason, MuxerClosed, fresh_copy
 from ._exceptions import ProtocolError
 from ._logging import ConnectionLog, connection_label, describe, logger
+from ._read_turn import ReadTurn
 from ._receiving import UnreadData
-from ._sendqueue import SendQueue
-from ._socket_path import POSIX_SOCKETS, READ_SIZE, SocketPath
+from ._sendqueue import SendQueue, wait_for_idle
+from ._socket_path import POSIX_SOCKETS, SocketPath
 from ._state import ConnectionState
 from ._stats import Counters, MuxerStats
 from ._stream import MplexStream
+from ._stream_path import StreamPath
 
 __all__ = ["Muxer", "open_muxer"]
 
 
 #: The block _prime_allocator frees: above the largest buffer a bulk receive allocates
-#: (reads of _READ_SIZE, the joins of up to Config.max_stream_buffer plus one read).
+#: (reads of READ_SIZE, the joins of up to Config.max_stream_buffer plus one read).
 _PRIME_BLOCK = 2 * 1024 * 1024
 
 _RUNNING, _CLOSED, _BROKEN = ConnectionState.OK, ConnectionState.CLOSED, ConnectionState.BROKEN
@@ -115,8 +117,13 @@ class Muxer:
         # fast path, POSIX only, unless Config.socket_fast_path is off); every other
         # transport through its own send_all and receive_some (the generic path).
         self._socket: SocketPath | None = None
+        self._stream_path = StreamPath(transport_stream)
+        self._turn: ReadTurn = self._stream_path
+        self._queue.sender_send_all = transport_stream.send_all
         if self.config.socket_fast_path and isinstance(transport_stream, trio.SocketStream) and POSIX_SOCKETS:
             self._socket = SocketPath(transport_stream.socket, self._queue, lambda: self._state is _RUNNING)
+            self._turn = self._socket
+            self._queue.sender_send_all = None
         # Reader side.
         self._unread: UnreadData[MplexStream] = UnreadData(
             self.config.max_stream_buffer, self.config.max_connection_buffer, self._recheck_limits
@@ -166,8 +173,7 @@ class Muxer:
     def _activity(self) -> dict[str, Any]:
         """The reader's and writer's situation, for ``stats``."""
         running = self._state is _RUNNING
-        path = self._socket
-        lent = path.borrower if running and path is not None else None
+        lent = self._turn.borrower if running else None
         return {
             "writer": self._queue.writer_state if running and self._send_error is None else "stopped",
             "reader": self._reader_state if running else "stopped",
@@ -415,6 +421,9 @@ class Muxer:
         queue = self._queue
         while True:
             data, skip = await queue.next_batch()
+            if queue.failure is not None:  # a sender's own write failed
+                await self._linger(queue.failure)
+                return
             if logger.isEnabledFor(logging.DEBUG):  # one check per write, none per frame
                 self._trace_sent(data, skip)
             queue.writing = True
@@ -477,41 +486,42 @@ class Muxer:
     # -- reader ----------------------------------------------------------------------------
 
     async def _read_loop(self) -> None:
+        """The reader: reads the transport whenever no receiving task holds the read
+        turn (see ``_read_turn``), dispatches, and pauses for the slow-reader policy."""
         if self._socket is not None:
             await self._read_socket_loop(self._socket)
+        else:
+            await self._read_stream_loop(self._stream_path)
+
+    async def _read_stream_loop(self, path: StreamPath) -> None:
+        try:
+            await path.prepare()
+        except Exception as exc:  # a failed TLS handshake: the connection is lost
+            self._receive_failed(exc)
             return
-        receive_some = self._transport.receive_some
-        while True:
-            self._reader_state = "waiting"
-            try:
-                data = await receive_some(READ_SIZE)
-            except Exception as exc:  # any failure of any transport: the connection is lost
-                self._receive_failed(exc)
-                return
-            self._reader_state = "reading"
-            if not self._consume(data):
-                return
-            if self._should_pause():
-                await self._pause()
-
-    async def _read_socket_loop(self, path: SocketPath) -> None:
-        """The reader over TCP, which hands the read turn to a receiving task.
-
-        A task waiting in ``receive_some`` reads the socket itself (``receive_for``),
-        so the kernel's wake-up reaches it directly, one scheduler pass sooner than
-        through this task; meanwhile this task neither reads nor waits on the socket.
-        """
         while self._state is _RUNNING:
             if self._should_pause():
                 await self._pause()
             if path.borrower is not None:
-                self._reader_state = "lent"
-                await path.park_reader()
+                await self._lend(path, until_idle=True)
+                continue
+            self._reader_state = "waiting"
+            try:
+                data = await path.reader_receive()
+            except Exception as exc:  # any failure of any transport: the connection is lost
+                self._receive_failed(exc)
+                return
+            finally:
                 self._reader_state = "reading"
-                # The task that gave the turn back is usually about to take it again (a
-                # request/response loop): one pass of delay lets it do so before we
-                # wait on the socket and it has to wake us out of there.
-                await trio.lowlevel.cancel_shielded_checkpoint()
+            if data is not None and not self._consume(data):
+                return
+
+    async def _read_socket_loop(self, path: SocketPath) -> None:
+        while self._state is _RUNNING:
+            if self._should_pause():
+                await self._pause()
+            if path.borrower is not None:
+                await self._lend(path)
                 continue
             data = self._read_socket(path)
             if data is None:
@@ -532,6 +542,25 @@ class Muxer:
             # own receive_some does, so a flood cannot starve other tasks.
             await trio.lowlevel.cancel_shielded_checkpoint()
 
+    async def _lend(self, turn: ReadTurn, *, until_idle: bool = False) -> None:
+        """Park the reader while a receiving task holds the read turn.
+
+        The task that gave the turn back is usually about to take it again (a
+        request/response loop), so the reader lets it, before it waits on the
+        transport and the task would have to move it out of there: one scheduler pass
+        over the socket path (moving it costs one ``notify_closing``), and until the
+        program goes idle (at most ``Config.max_flush_delay``) over the generic path,
+        where moving it means cancelling a wait inside the transport.
+        """
+        self._reader_state = "lent"
+        await turn.park_reader()
+        self._reader_state = "reading"
+        if until_idle:
+            with trio.move_on_after(self.config.max_flush_delay):
+                await wait_for_idle()
+        else:
+            await trio.lowlevel.cancel_shielded_checkpoint()
+
     def _read_socket(self, path: SocketPath) -> bytes | None:
         """One non-blocking read: None if the socket has nothing now.  A failed read
         ends the connection and returns b"" (end of input)."""
@@ -541,47 +570,50 @@ class Muxer:
             self._receive_failed(exc)
             return b""
 
-    def _wake_receiver_on_socket(self, stream: MplexStream) -> None:
-        """If ``stream``'s receiving task waits on the socket itself, wake it to look
-        at its stream again."""
-        path = self._socket
-        if path is not None and path.borrower_waiting is stream:
-            path.wake_waiters()
+    def _wake_borrower(self, stream: MplexStream) -> None:
+        """If ``stream``'s receiving task waits on the transport itself, wake it to
+        look at its stream again."""
+        if self._turn.borrower_waiting is stream:
+            self._turn.wake_borrower()
 
     def _may_lend(self) -> bool:
-        """True if a receiving task may read the transport itself now (``receive_for``).
+        """True if a receiving task may read the transport itself now (``_receive_for``).
 
-        Only over the socket path and while no stream has unread data: then the wait
-        is for the peer, and the task that wants the next bytes should be the one the
-        kernel wakes.  While streams have data to read, the reader task (one read,
-        then a yield) keeps the pace; if every waiting receiver read for itself, a
-        hundred of them would read a hundred chunks in one scheduler pass and fill
-        the buffers for nothing.
+        Only while no stream has unread data: then the wait is for the peer, and the
+        task that wants the next bytes should be the one the transport wakes.  While
+        streams have data to read, the reader task (one read, then a yield) keeps the
+        pace; if every waiting receiver read for itself, a hundred of them would read
+        a hundred chunks in one scheduler pass and fill the buffers for nothing.
         """
-        path = self._socket
         return (
-            path is not None
-            and path.borrower is None
+            self._turn.borrower is None
+            and self._turn.lends
             and not self._unread.total
             and not self._reader_blocked
             and self._state is _RUNNING
         )
 
     async def _receive_for(self, stream: MplexStream) -> None:
-        """One read of the socket in ``stream``'s receiving task, waiting for the
-        socket first if it has nothing (the caller checked ``may_lend``).
+        """One read of the transport in ``stream``'s receiving task, waiting for the
+        transport first if it has nothing (the caller checked ``_may_lend``).
 
         What is read is dispatched as the reader would, to whichever streams it is
         for; if none of it is for ``stream``, the caller waits for the reader task
         like any other receiver (a busy connection is read by the reader, which
         yields between reads).  A checkpoint, like every receive.
         """
-        path = self._socket
-        assert path is not None
         await trio.lowlevel.checkpoint_if_cancelled()
+        if self._socket is not None:
+            waited = await self._receive_from_socket(self._socket, stream)
+        else:
+            waited = await self._receive_from_stream(self._stream_path, stream)
+        if not waited:
+            await trio.lowlevel.cancel_shielded_checkpoint()
+
+    async def _receive_from_socket(self, path: SocketPath, stream: MplexStream) -> bool:
         path.borrower = stream
         if path.reader_waiting:
-            path.wake_waiters()  # move the reader out of our way
+            path.move_reader_aside()
         waited = False
         try:
             data = self._read_socket(path)
@@ -600,8 +632,30 @@ class Muxer:
             self._receive_failed(exc)
         finally:
             path.give_turn_back()
-        if not waited:
-            await trio.lowlevel.cancel_shielded_checkpoint()
+        return waited
+
+    async def _receive_from_stream(self, path: StreamPath, stream: MplexStream) -> bool:
+        path.borrower = stream
+        waited = False
+        try:
+            if path.reader_waiting:
+                path.move_reader_aside()
+                waited = True
+                await path.wait_reader_out()  # it may deliver what it had read meanwhile
+            if stream._waiting_for_data() and self._state is _RUNNING:
+                waited = True
+                path.borrower_waiting = stream
+                try:
+                    data = await path.borrower_receive()
+                finally:
+                    path.borrower_waiting = None
+                if data is not None:
+                    self._consume(data)
+        except Exception as exc:  # any failure of any transport: the connection is lost
+            self._receive_failed(exc)
+        finally:
+            path.give_turn_back()
+        return waited
 
     def _consume(self, data: bytes | bytearray) -> bool:
         """Decode and dispatch one chunk read from the transport; False once the

@@ -34,19 +34,14 @@ from collections.abc import Awaitable, Callable
 import trio
 
 from ._logging import logger
-from ._sendqueue import SendQueue
+from ._read_turn import ReadTurn
+from ._sendqueue import QUIET, SendQueue
+from ._stream_path import READ_SIZE
 
-__all__ = ["POSIX_SOCKETS", "READ_SIZE", "SocketPath"]
+__all__ = ["POSIX_SOCKETS", "SocketPath"]
 
 #: Socket descriptors work with os.read, os.write and os.writev.
 POSIX_SOCKETS = os.name == "posix" and hasattr(os, "writev")
-#: Bytes requested per transport read.  Large enough that thousands of small frames
-#: are decoded per wake-up, small enough to keep the unparsed input bounded.
-READ_SIZE = 256 * 1024
-#: Seconds without a write after which the next frame is written by the task that
-#: queues it.  Far above the gap between the writes of a busy sender (a few
-#: microseconds), below a network round trip (~90 us on loopback).
-_QUIET = 50e-6
 #: Most payload bytes handed to one ``writev``: a few socket buffers' worth, so a large
 #: send does not build a huge list of frames the kernel cannot take yet.
 _DIRECT_BATCH = 1024 * 1024
@@ -54,21 +49,15 @@ _DIRECT_BATCH = 1024 * 1024
 _IOV_MAX = (os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 0) or 1024
 
 
-class SocketPath:
+class SocketPath(ReadTurn):
     """Non-blocking descriptor I/O on one TCP socket, for the muxer and its streams."""
 
     def __init__(self, sock: trio.socket.SocketType, queue: SendQueue, running: Callable[[], bool]) -> None:
+        super().__init__()
         self.sock = sock
         self._queue = queue
         self._running = running  # True while the connection runs
         queue.direct_write = self.write_queued
-        #: The stream whose receiving task holds the read turn (it may read the socket).
-        self.borrower: object | None = None
-        #: That stream again, while its task waits on the socket.
-        self.borrower_waiting: object | None = None
-        #: True while the reader task waits on the socket.
-        self.reader_waiting = False
-        self._reader_parked: trio.lowlevel.Task | None = None
 
     # -- writing ---------------------------------------------------------------------------
 
@@ -79,7 +68,7 @@ class SocketPath:
         when everything left; what the kernel did not take, the writer sends.
         """
         queue = self._queue
-        if time.perf_counter() - queue.last_write < _QUIET or logger.isEnabledFor(logging.DEBUG):
+        if time.perf_counter() - queue.last_write < QUIET or logger.isEnabledFor(logging.DEBUG):
             return False  # busy (let frames gather for the writer), or tracing frames
         fd = self.sock.fileno()
         if fd < 0:
@@ -193,21 +182,8 @@ class SocketPath:
         if self.sock.fileno() >= 0:
             trio.lowlevel.notify_closing(self.sock)
 
-    async def park_reader(self) -> None:
-        """Park the reader task until a receiving task gives the read turn back."""
-        self._reader_parked = trio.lowlevel.current_task()
+    def move_reader_aside(self) -> None:
+        self.wake_waiters()
 
-        def abort(_: object) -> trio.lowlevel.Abort:
-            self._reader_parked = None
-            return trio.lowlevel.Abort.SUCCEEDED
-
-        await trio.lowlevel.wait_task_rescheduled(abort)
-
-    def give_turn_back(self) -> None:
-        """The borrowing task is done with the read turn: the reader task takes over."""
-        self.borrower = None
-        if self._reader_parked is not None:
-            # Not a ParkingLot: this wake-up is on the path from a received request to
-            # its reply, and rescheduling the one task costs less.
-            trio.lowlevel.reschedule(self._reader_parked)
-            self._reader_parked = None
+    def wake_borrower(self) -> None:
+        self.wake_waiters()

@@ -220,19 +220,27 @@ class MplexStream(trio.abc.HalfCloseableStream):
                 self._raise_send_error()
             out = q.buffer
             size = len(data)
-            if size == self._last_size and len(out) < q.high_water:
-                # The hot path, as in send_nowait (a repeated size: cached prefix).
-                out += self._last_prefix
-                out += data
-                q.frames += 1
-                if len(out) >= q.wake_at:
-                    q.queued(0)
+            if not size:
                 if not yielded:
                     await _yield()
                 return
             if size <= self._frame_size and len(out) < q.high_water:
-                if size:
-                    self._append_frame(out, data, size)
+                if size == self._last_size:
+                    # The hot path, as in send_nowait (a repeated size: cached prefix).
+                    out += self._last_prefix
+                    out += data
+                    q.frames += 1
+                else:
+                    self._last_size = size
+                    self._last_prefix = self._encoder.prefix(self.id, self._data_flag, size)
+                    out += self._last_prefix
+                    out += data
+                    q.frames += 1
+                if len(out) >= q.wake_at:
+                    if not yielded and q.sender_may_write():
+                        await q.write_from_sender()  # a lone message: no writer pass
+                        return
+                    q.queued(0)
                 if not yielded:
                     await _yield()
                 return
@@ -361,7 +369,7 @@ class MplexStream(trio.abc.HalfCloseableStream):
             if not self._waiting_for_data():
                 await trio.lowlevel.checkpoint()
             else:
-                # Over TCP, read the socket in this task (once: see _receive_for);
+                # Read the transport in this task (once: see Muxer._receive_for);
                 # otherwise, or if that read brought nothing for us, let the
                 # muxer's reader task deliver.
                 if self._muxer._may_lend():
@@ -393,7 +401,7 @@ class MplexStream(trio.abc.HalfCloseableStream):
         if self._recv_lot:
             self._recv_lot.unpark_all()
         else:
-            self._muxer._wake_receiver_on_socket(self)  # it may wait on the socket itself
+            self._muxer._wake_borrower(self)  # it may wait on the transport itself
 
     def _deliver(self, data: bytes) -> bool:
         """The reader's delivery of one (possibly merged) Message frame; True if the

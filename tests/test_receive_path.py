@@ -1,10 +1,11 @@
-"""Over TCP, a task waiting in ``receive_some`` reads the socket itself.
+"""A task waiting in ``receive_some`` reads the transport itself (it borrows the read
+turn), over every transport: the socket path and the generic path alike.
 
-The kernel's wake-up then reaches the task that wants the data, not the muxer's reader
-task, which would have to wake it in a second scheduler pass.  These tests pin what
-that path must keep: frames for other streams still reach them, a local close or a
-cancellation still wakes or ends the waiting task at once, the reader task takes over
-whenever nobody borrows the socket, and the writer is not disturbed.
+The arrival of the data then wakes the task that wants it, not the muxer's reader task,
+which would have to wake it in a second scheduler pass.  These tests pin what that must
+keep: frames for other streams still reach them, a local close or a cancellation still
+wakes or ends the waiting task at once, the reader task takes over whenever nobody
+borrows the turn, and the writer is not disturbed.
 """
 
 from __future__ import annotations
@@ -18,7 +19,17 @@ import trio.testing
 
 import mplex
 from mplex import Flag
-from tests.helpers import RawPeer, frame, read_all, tcp_streams
+from tests.helpers import TRANSPORTS, RawPeer, frame, read_all, tcp_streams
+
+#: Transports over which receiving tasks borrow the read turn: the socket path, and the
+#: generic path over trio's own streams (whose cancelled receive_some loses nothing).
+LENDING = {
+    "memory": ("memory", mplex.Config()),
+    "tcp": ("tcp", mplex.Config()),
+    "tcp-generic-path": ("tcp", mplex.Config(socket_fast_path=False)),
+    "tls": ("tls", mplex.Config()),
+}
+over_every_transport = pytest.mark.parametrize("transport", list(LENDING))
 
 
 class ReaderSteps(trio.abc.Instrument):
@@ -34,12 +45,21 @@ class ReaderSteps(trio.abc.Instrument):
 
 
 @contextlib.asynccontextmanager
-async def muxer_with_raw_peer(buffer_size: int | None = None) -> AsyncIterator[tuple[mplex.Muxer, RawPeer]]:
-    """A running muxer over loopback TCP, its far end a raw-frame peer."""
-    ours, theirs = await tcp_streams(buffer_size)
-    async with mplex.open_muxer(ours) as muxer:
-        yield muxer, RawPeer(theirs)
-    await theirs.aclose()
+async def muxer_with_raw_peer(
+    transport: str = "tcp", buffer_size: int | None = None
+) -> AsyncIterator[tuple[mplex.Muxer, RawPeer]]:
+    """A running muxer over ``transport`` (or over loopback TCP with small kernel
+    buffers), its far end a raw-frame peer."""
+    name, config = LENDING.get(transport, (transport, mplex.Config()))
+    if buffer_size is None:
+        pair: contextlib.AbstractAsyncContextManager[tuple[trio.abc.Stream, trio.abc.Stream]]
+        pair = TRANSPORTS[name]()
+    else:
+        pair = contextlib.nullcontext(await tcp_streams(buffer_size))  # type: ignore[arg-type]
+    async with pair as (ours, theirs):
+        async with mplex.open_muxer(ours, config) as muxer:
+            yield muxer, RawPeer(theirs)
+        await theirs.aclose()
 
 
 async def peer_opened_stream(muxer: mplex.Muxer, peer: RawPeer, stream_id: int) -> mplex.MplexStream:
@@ -51,8 +71,8 @@ async def peer_opened_stream(muxer: mplex.Muxer, peer: RawPeer, stream_id: int) 
 async def error_of_waiting_receive(
     muxer: mplex.Muxer, stream: mplex.MplexStream, act: Callable[[], Awaitable[object]]
 ) -> Exception:
-    """Start ``stream.receive_some()``, wait until its task waits on the socket itself,
-    run ``act()``; return what the receive raised (it must raise, and promptly)."""
+    """Start ``stream.receive_some()``, wait until its task waits on the transport
+    itself, run ``act()``; return what the receive raised (it must raise, and promptly)."""
     raised: list[Exception] = []
 
     async def receive() -> None:
@@ -71,8 +91,9 @@ async def error_of_waiting_receive(
     return raised[0]
 
 
-async def test_the_waiting_receiver_is_woken_by_the_kernel_not_by_the_reader_task() -> None:
-    async with muxer_with_raw_peer() as (muxer, peer):
+@over_every_transport
+async def test_the_waiting_receiver_is_woken_by_the_transport_not_by_the_reader_task(transport: str) -> None:
+    async with muxer_with_raw_peer(transport) as (muxer, peer):
         stream = await peer_opened_stream(muxer, peer, 0)
         steps = ReaderSteps(muxer)
         got = []
@@ -96,8 +117,9 @@ async def test_the_waiting_receiver_is_woken_by_the_kernel_not_by_the_reader_tas
         trio.lowlevel.remove_instrument(steps)
 
 
-async def test_frames_a_receiver_reads_for_other_streams_reach_them() -> None:
-    async with muxer_with_raw_peer() as (muxer, peer):
+@over_every_transport
+async def test_frames_a_receiver_reads_for_other_streams_reach_them(transport: str) -> None:
+    async with muxer_with_raw_peer(transport) as (muxer, peer):
         a = await peer_opened_stream(muxer, peer, 0)
         b = await peer_opened_stream(muxer, peer, 1)
         got: dict[str, bytes] = {}
@@ -119,9 +141,23 @@ async def test_frames_a_receiver_reads_for_other_streams_reach_them() -> None:
         assert got == {"a": b"for a", "b": b"for b"}
 
 
-async def test_closing_a_stream_wakes_its_receiver_from_the_socket_and_the_connection_lives_on() -> None:
-    ours, theirs = await tcp_streams()
-    async with mplex.open_muxer(ours) as left, mplex.open_muxer(theirs) as right:
+@over_every_transport
+async def test_closing_a_stream_wakes_its_receiver_from_the_transport_and_the_connection_lives_on(
+    transport: str,
+) -> None:
+    name, config = LENDING[transport]
+    async with (
+        TRANSPORTS[name]() as (ours, theirs),
+        mplex.open_muxer(ours, config) as left,
+        mplex.open_muxer(theirs, config) as right,
+    ):
+        # One exchange first: over TLS, receivers borrow the turn once the handshake
+        # is done.
+        warm_up = await left.open_stream()
+        await warm_up.send_all(b"hello")
+        with trio.fail_after(10):
+            await (await right.accept_stream()).send_all(b"hi")
+            assert await warm_up.receive_some() == b"hi"
         for close in ("aclose", "reset"):
             stream = await left.open_stream()
 
@@ -147,8 +183,9 @@ async def test_closing_a_stream_wakes_its_receiver_from_the_socket_and_the_conne
             assert await read_all(stream) == b"and back"
 
 
-async def test_a_cancelled_receive_on_the_socket_loses_nothing() -> None:
-    async with muxer_with_raw_peer() as (muxer, peer):
+@over_every_transport
+async def test_a_cancelled_receive_on_the_transport_loses_nothing(transport: str) -> None:
+    async with muxer_with_raw_peer(transport) as (muxer, peer):
         stream = await peer_opened_stream(muxer, peer, 0)
         with trio.CancelScope() as scope:
             scope.deadline = trio.current_time()  # cancelled while it waits, or before
@@ -167,10 +204,11 @@ async def test_a_cancelled_receive_on_the_socket_loses_nothing() -> None:
         ("we", mplex.MuxerClosed, mplex.EndReason.CLOSED),
     ],
 )
-async def test_the_end_of_the_connection_reaches_a_receiver_waiting_on_the_socket(
-    who_ends_it: str, error_type: type[Exception], reason: mplex.EndReason
+@over_every_transport
+async def test_the_end_of_the_connection_reaches_a_receiver_waiting_on_the_transport(
+    transport: str, who_ends_it: str, error_type: type[Exception], reason: mplex.EndReason
 ) -> None:
-    async with muxer_with_raw_peer() as (muxer, peer):
+    async with muxer_with_raw_peer(transport) as (muxer, peer):
         stream = await peer_opened_stream(muxer, peer, 0)
         end = peer.stream.aclose if who_ends_it == "the peer" else muxer.aclose
         error = await error_of_waiting_receive(muxer, stream, end)
@@ -212,10 +250,11 @@ async def test_a_writer_waiting_for_room_is_not_disturbed_when_a_receiver_moves_
         assert got == [b"reply"]
 
 
-async def test_while_any_stream_has_unread_data_receivers_leave_reading_to_the_reader() -> None:
+@over_every_transport
+async def test_while_any_stream_has_unread_data_receivers_leave_reading_to_the_reader(transport: str) -> None:
     # Otherwise every waiting receiver would read a chunk of its own in one scheduler
     # pass, and a hundred of them would fill the buffers faster than they are read.
-    async with muxer_with_raw_peer() as (muxer, peer):
+    async with muxer_with_raw_peer(transport) as (muxer, peer):
         unread = await peer_opened_stream(muxer, peer, 0)
         waiting = await peer_opened_stream(muxer, peer, 1)
         await peer.send(frame(0, Flag.MESSAGE_INITIATOR, b"not read yet"))
@@ -234,3 +273,21 @@ async def test_while_any_stream_has_unread_data_receivers_leave_reading_to_the_r
             await peer.send(frame(1, Flag.MESSAGE_INITIATOR, b"for the waiting one"))
         assert got == [b"for the waiting one"]
         assert await unread.receive_some() == b"not read yet"
+
+
+async def test_over_a_transport_not_known_to_be_cancel_safe_only_the_reader_reads() -> None:
+    # tcp-generic wraps the socket in a stream of its own: nothing says that cancelling
+    # its receive_some loses nothing, so no receiving task may be moved out of one.
+    async with muxer_with_raw_peer("tcp-generic") as (muxer, peer):
+        stream = await peer_opened_stream(muxer, peer, 0)
+        got = []
+
+        async def receive() -> None:
+            got.append(await stream.receive_some())
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(receive)
+            await trio.testing.wait_all_tasks_blocked()
+            assert (muxer.stats.reader, muxer.stats.reader_lent_to) == ("waiting", None)
+            await peer.send(frame(0, Flag.MESSAGE_INITIATOR, b"via the reader"))
+        assert got == [b"via the reader"]

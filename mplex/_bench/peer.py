@@ -132,8 +132,8 @@ async def serve_stream_modes(stream: trio.abc.Stream) -> None:
 MANY_STREAMS = mplex.Config(max_inbound_streams=20_000, max_outbound_streams=20_000, accept_backlog=20_000)
 
 
-async def serve_mplex(transport: trio.abc.Stream) -> None:
-    async with mplex.open_muxer(transport, MANY_STREAMS) as muxer, trio.open_nursery() as nursery:
+async def serve_mplex(transport: trio.abc.Stream, config: mplex.Config = MANY_STREAMS) -> None:
+    async with mplex.open_muxer(transport, config) as muxer, trio.open_nursery() as nursery:
         # A client that hangs up with our last frames unread makes its kernel reset the
         # connection: the case is over by then (the client checks its own results).
         with contextlib.suppress(trio.BrokenResourceError):
@@ -178,7 +178,7 @@ def _frame_at(data: bytes | bytearray, pos: int, end: int) -> tuple[int, int] | 
     return (pos, stop) if stop <= end else None
 
 
-async def serve(impl: str, tls: bool) -> None:
+async def serve(impl: str, tls: bool, fast_path: bool = True) -> None:
     context = tls_context(server_side=True) if tls else None
     listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
     port = listeners[0].socket.getsockname()[1]
@@ -196,7 +196,10 @@ async def serve(impl: str, tls: bool) -> None:
             nursery.start_soon(trio.serve_listeners, handle, listeners)
         else:
             conn = await secured(await listeners[0].accept(), context, server_side=True)
-            await (serve_mplex if impl == "mplex" else serve_floor)(conn)
+            if impl == "mplex":
+                await serve_mplex(conn, dataclasses.replace(MANY_STREAMS, socket_fast_path=fast_path))
+            else:
+                await serve_floor(conn)
             nursery.cancel_scope.cancel()
     emit(role="server")
 
@@ -468,7 +471,7 @@ async def run_client(args: argparse.Namespace) -> None:
     client = Client(args.impl, args.port, bool(args.tls))
     if args.impl == "mplex":
         transport = await client.connect()
-        config = MANY_STREAMS
+        config = dataclasses.replace(MANY_STREAMS, socket_fast_path=bool(args.fast_path))
         if args.frame_size:
             config = dataclasses.replace(config, max_send_frame_size=args.frame_size)
         async with mplex.open_muxer(transport, config) as muxer:
@@ -512,12 +515,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--per-request", type=int, default=0, help="reqresp over raw TCP: a connection each")
     parser.add_argument("--frame-size", type=int, default=0, help="Config.max_send_frame_size (0: default)")
     parser.add_argument("--tls", type=int, default=0, help="1: TLS 1.3 over every TCP connection")
+    parser.add_argument("--fast-path", type=int, default=1, help="0: Config(socket_fast_path=False)")
     parser.add_argument("--log-level", help="configure logging at this level (cost of tracing checks)")
     args = parser.parse_args(argv)
     if args.log_level:
         logging.basicConfig(level=args.log_level, stream=sys.stderr)
     if args.role == "server":
-        trio.run(serve, args.impl, bool(args.tls))
+        trio.run(serve, args.impl, bool(args.tls), bool(args.fast_path))
     elif args.role == "memory":
         trio.run(memory_case, args)
     else:

@@ -330,7 +330,7 @@ def peer_command(role: str, run: Run, port: int = 0, addr: str = "") -> list[str
 
 
 #: The arguments of a run that its server needs too.
-SERVER_ARGS = frozenset({"log-level", "tls"})
+SERVER_ARGS = frozenset({"log-level", "tls", "fast-path"})
 
 
 def host_command(role: str, run: Run, addr: str) -> list[str]:
