@@ -58,7 +58,7 @@ import contextlib
 import functools
 import logging
 import math
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any, NoReturn, final
 
 import trio
@@ -77,6 +77,7 @@ from ._state import ConnectionState
 from ._stats import Counters, MuxerStats
 from ._stream import MplexStream
 from ._stream_path import StreamPath
+from ._throttle import ReaderThrottle
 
 __all__ = ["Muxer", "open_muxer"]
 
@@ -107,7 +108,6 @@ class Muxer:
         self._transport = transport_stream
         self._decoder = Decoder(self.config.max_message_size, coalesce=True)
         self._core: ConnectionCore[MplexStream] = ConnectionCore(self.config)
-        self._acceptors = 0  # tasks inside accept_stream
         self._accept_lot = trio.lowlevel.ParkingLot()
         self._slot_lot = trio.lowlevel.ParkingLot()
         #: The one encoder of every frame this connection sends.
@@ -126,10 +126,19 @@ class Muxer:
             self._queue.sender_send_all = None
         # Reader side.
         self._unread: UnreadData[MplexStream] = UnreadData(
-            self.config.max_stream_buffer, self.config.max_connection_buffer, self._recheck_limits
+            self.config.max_stream_buffer,
+            self.config.max_connection_buffer,
+            lambda: self._throttle.recheck(),  # noqa: PLW0108  (the throttle is built next)
         )
-        self._drain_lot = trio.lowlevel.ParkingLot()
-        self._reader_blocked = False
+        self._throttle = ReaderThrottle(
+            self.config,
+            self._core,
+            self._unread,
+            self._queue,
+            reset_stream=self._reset_by_policy,
+            running=lambda: self._state is _RUNNING,
+            on_stall=self._reader_paused,
+        )
         self._reader_state = "reading"  # see MuxerStats.reader
         # Lifecycle.
         self._started = False
@@ -141,7 +150,6 @@ class Muxer:
         self._send_error: ConnectionLost | MuxerClosed | None = None
         # Set once a write failed: its deadline bounds the wait for the input to end.
         self._linger_scope: trio.CancelScope | None = None
-        self._blocked_since: float | None = None
         #: A label for this connection in log lines: a sequence number and, when the
         #: transport is a socket (or TLS over one), the peer's address.
         self.name = connection_label(transport_stream)
@@ -152,9 +160,7 @@ class Muxer:
     @property
     def stats(self) -> MuxerStats:
         """A read-only snapshot of this connection's counters (take a new one any time)."""
-        blocked = self._stats.reader_blocked_seconds
-        if self._blocked_since is not None:
-            blocked += trio.current_time() - self._blocked_since
+        blocked = self._throttle.blocked_for()
         return self._stats.snapshot(
             frames_sent=self._queue.frames,
             bytes_sent=self._queue.bytes_sent,
@@ -341,7 +347,7 @@ class Muxer:
         reason.  ``async for stream in muxer`` instead simply ends.
         """
         self._check_started()
-        self._acceptors += 1
+        self._throttle.acceptors += 1
         try:
             backlog = self._core.backlog
             if backlog:
@@ -352,8 +358,8 @@ class Muxer:
                     self._raise_ended()
                 await self._accept_lot.park()
         finally:
-            self._acceptors -= 1
-            self._recheck_limits()  # an accepted stream, or no acceptor left
+            self._throttle.acceptors -= 1
+            self._throttle.recheck()  # an accepted stream, or no acceptor left
         self._stats.streams_accepted += 1
         return self._core.backlog.popleft()
 
@@ -448,7 +454,7 @@ class Muxer:
         self._stop_sending(error)
         self._queue.clear()
         self._linger_scope = trio.CancelScope()
-        self._input_progressed(waiting=not self._reader_blocked)
+        self._input_progressed(waiting=not self._throttle.blocked)
         with self._linger_scope:
             await trio.sleep_forever()
         self._end_by_failed_write()
@@ -500,8 +506,8 @@ class Muxer:
             self._receive_failed(exc)
             return
         while self._state is _RUNNING:
-            if self._should_pause():
-                await self._pause()
+            if self._throttle.should_pause():
+                await self._throttle.pause()
             if path.borrower is not None:
                 await self._lend(path, until_idle=True)
                 continue
@@ -518,8 +524,8 @@ class Muxer:
 
     async def _read_socket_loop(self, path: SocketPath) -> None:
         while self._state is _RUNNING:
-            if self._should_pause():
-                await self._pause()
+            if self._throttle.should_pause():
+                await self._throttle.pause()
             if path.borrower is not None:
                 await self._lend(path)
                 continue
@@ -589,7 +595,7 @@ class Muxer:
             self._turn.borrower is None
             and self._turn.lends
             and not self._unread.total
-            and not self._reader_blocked
+            and not self._throttle.blocked
             and self._state is _RUNNING
         )
 
@@ -703,9 +709,6 @@ class Muxer:
         assert error is not None
         self._fail(ConnectionLost(str(error)), cause=error.__cause__)
 
-    def _over_buffer_limits(self) -> bool:
-        return self._unread.over_limits()
-
     def _dispatch(self, frames: list[RawFrame]) -> None:
         streams = self._core.streams
         for header, body in frames:
@@ -716,7 +719,7 @@ class Muxer:
                     self._ignored()
                 elif stream is not None and stream._can_receive:
                     if stream._deliver(body):
-                        self._overflowed(stream)
+                        self._throttle.overflowed(stream)
                 elif stream is not None and stream._closed_locally:
                     stream._on_late_data()
                 else:
@@ -757,17 +760,7 @@ class Muxer:
         if self._accept_lot:
             self._accept_lot.unpark()
 
-    # -- memory and the slow-reader policy -------------------------------------------------
-
-    def _overflowed(self, stream: MplexStream) -> None:
-        """``stream`` holds more than ``Config.max_stream_buffer`` unread bytes."""
-        if self.config.slow_reader_policy == "reset":
-            self._reset_by_policy(stream)
-        else:
-            self._unread.overfull.add(stream)
-
-    def _unaccepted(self, stream: MplexStream) -> bool:
-        return self._core.unaccepted(stream)
+    # -- the slow-reader policy's verdicts -------------------------------------------------
 
     def _reset_by_policy(self, stream: MplexStream) -> None:
         """Give up on a slow (or never accepted) stream: free its unread data, reset it,
@@ -775,111 +768,13 @@ class Muxer:
         stream._discard()
         if stream._reset_for_overflow():
             self._stats.streams_reset_by_policy += 1
-        if self._unaccepted(stream):
+        if self._core.unaccepted(stream):
             self._core.backlog.remove(stream)
 
-    def _recheck_limits(self) -> None:
-        """Something the blocked reader waits for may have changed: let it look again."""
-        if self._reader_blocked and self._drain_lot:
-            self._drain_lot.unpark_all()
-
-    def _stalled_by_unaccepted(self) -> bool:
-        """True if only streams nobody has accepted keep the reader from reading, and
-        no task is in ``accept_stream`` to take them."""
-        unread = self._unread
-        if self._acceptors or any(not self._unaccepted(s) for s in unread.overfull):
-            return False
-        if unread.total > unread.max_connection:
-            waiting = sum(s.unread_bytes for s in self._core.backlog)
-            return waiting > 0 and unread.total - waiting <= unread.max_connection
-        return bool(unread.overfull)
-
-    def _shed_unaccepted(self) -> None:
-        """Reset the unaccepted streams over their limit, then, while the connection is
-        over its budget, the unaccepted stream holding the most."""
-        for stream in [s for s in self._unread.overfull if self._unaccepted(s)]:
-            self._reset_by_policy(stream)
-        while self._unread.total > self._unread.max_connection:
-            holding = [s for s in self._core.backlog if s.unread_bytes]
-            if not holding:
-                return
-            self._reset_by_policy(max(holding, key=_buffered))
-
-    async def _wait_for_readers(self) -> None:
-        config = self.config
-        started = trio.current_time()
-        policy_deadline = float("inf")
-        if config.slow_reader_policy == "block-then-reset":
-            policy_deadline = started + config.slow_reader_timeout
-        stalled_since: float | None = None  # by unaccepted streams only, since when
-        with self._reader_stalled():
-            while self._over_buffer_limits():
-                shed_at = float("inf")
-                if self._stalled_by_unaccepted():
-                    stalled_since = stalled_since or trio.current_time()
-                    shed_at = stalled_since + config.accept_grace
-                else:
-                    stalled_since = None
-                with trio.move_on_at(min(policy_deadline, shed_at)) as scope:
-                    await self._drain_lot.park()
-                if not scope.cancelled_caught:
-                    continue
-                if trio.current_time() >= shed_at:
-                    # Nobody came to accept them: they must not stall the streams the
-                    # program does read (a program that only dials never accepts).
-                    self._shed_unaccepted()
-                    stalled_since = None
-                    continue
-                # Timed out: give up on the streams over their own limit; failing that,
-                # on the live stream holding the most.  Resetting frees their data;
-                # each further victim gets another full timeout first.
-                victims = list(self._unread.overfull)
-                if not victims and (candidates := self._live_buffers()):
-                    victims = [max(candidates, key=_buffered)]
-                for stream in victims:
-                    self._reset_by_policy(stream)
-                policy_deadline = trio.current_time() + config.slow_reader_timeout
-
-    async def _wait_for_send_room(self) -> None:
-        """Control frames waiting in the send buffer (replies to the peer's input, Closes
-        of the streams it opened) are over ``send_high_water``: read no more until
-        the writer has taken them, so a peer that never reads cannot grow our send
-        buffer.  Only control frames count: pausing for data would let two peers
-        that both send in bulk wait for each other's reads forever."""
-        queue = self._queue
-        with self._reader_stalled():
-            while queue.control > queue.high_water and self._state is _RUNNING:
-                await queue.wait_for_room()
-
-    @contextlib.contextmanager
-    def _reader_stalled(self) -> Iterator[None]:
-        """The reader is not reading: receivers must not read for it (``may_lend``),
-        and the time counts in ``stats.reader_blocked_seconds``."""
-        started = trio.current_time()
-        self._reader_blocked = True
-        self._reader_state = "paused"
-        self._blocked_since = started
-        self._input_progressed(waiting=False)
-        try:
-            yield
-        finally:
-            self._reader_blocked = False
-            self._reader_state = "reading"
-            self._blocked_since = None
-            self._input_progressed()
-            self._stats.reader_blocked_seconds += trio.current_time() - started
-
-    def _should_pause(self) -> bool:
-        return self._over_buffer_limits() or self._queue.control > self._queue.high_water
-
-    async def _pause(self) -> None:
-        if self._over_buffer_limits():
-            await self._wait_for_readers()
-        if self._queue.control > self._queue.high_water:
-            await self._wait_for_send_room()
-
-    def _live_buffers(self) -> list[MplexStream]:
-        return [s for s in self._core.streams.values() if s.unread_bytes]
+    def _reader_paused(self, paused: bool) -> None:
+        self._reader_state = "paused" if paused else "reading"
+        # Time our own full buffers hold the reader up never counts as input silence.
+        self._input_progressed(waiting=not paused)
 
     # -- bookkeeping -----------------------------------------------------------------------
 
@@ -920,8 +815,9 @@ class Muxer:
         for stream in list(self._core.streams.values()):
             stream._connection_lost(error)
         self._queue.clear()
-        for lot in (self._accept_lot, self._slot_lot, self._drain_lot):
+        for lot in (self._accept_lot, self._slot_lot):
             lot.unpark_all()
+        self._throttle.wake()
         if self._run_scope is not None:
             self._run_scope.cancel()
 
@@ -947,10 +843,6 @@ def _prime_allocator() -> None:
 def _raise_copy(error: ConnectionLost | MuxerClosed) -> NoReturn:
     """Raise a fresh copy of a recorded end, with the same cause."""
     raise fresh_copy(error) from error.__cause__
-
-
-def _buffered(stream: MplexStream) -> int:
-    return stream.unread_bytes
 
 
 def open_muxer(

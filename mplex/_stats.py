@@ -74,7 +74,6 @@ class Counters:
         self.resets_received = 0
         self.streams_reset_by_policy = 0
         self.frames_dropped = 0
-        self.reader_blocked_seconds = 0.0
 
     def snapshot(self, **elsewhere: Any) -> MuxerStats:
         """A frozen copy, with the counters and gauges that live elsewhere passed in."""
