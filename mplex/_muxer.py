@@ -15,11 +15,13 @@ The muxer is the trio layer over a few objects, each with one job:
   ``Config.max_flush_delay``).  Appending is synchronous, so a frame is queued whole
   or not at all and cancellation cannot split one.
 * ``UnreadData`` and each stream's ``ReceiveBuffer`` (``_receiving``): what was
-  received and not read yet, per stream and for the whole connection, which the
-  slow-reader policies act on.
-* The transport seam: the generic path (the writer calls ``send_all``, the reader
-  ``receive_some``) for every transport, or ``SocketPath`` (``_socket_path``) for a
-  TCP socket, chosen at construction (``Config.socket_fast_path``).
+  received and not read yet, per stream and for the whole connection; and
+  ``ReaderThrottle`` (``_throttle``), the slow-reader policies that act on it.
+* The transport seam: ``StreamPath`` (``_stream_path``), the generic path over any
+  ``trio.abc.Stream``'s own ``send_all`` and ``receive_some``, or ``SocketPath``
+  (``_socket_path``) for a TCP socket, chosen at construction
+  (``Config.socket_fast_path``).  Both keep the read turn (``_read_turn``): which
+  task reads the transport next.
 * ``Encoder``: every frame the connection sends, data and control alike.
 
 The **reader** owns the transport's receive side.  It feeds each chunk to the sans-IO
@@ -33,11 +35,13 @@ while a stream is over ``Config.max_stream_buffer`` or all streams together are 
 the peer.  The reader never waits for anything else, so accepting and opening streams
 keep working while it is blocked.
 
-Over the socket path the reader lends the socket: a task waiting in
-``MplexStream.receive_some`` reads it itself (``_receive_for``), once, so the kernel's
-wake-up reaches the task that wants the data without a second scheduler pass through
-the reader.  Senders write it themselves after a quiet spell, and large sends go to
-it with one ``writev`` straight from the caller's buffer.  See spec section 8.
+The reader lends the read turn: a task waiting in ``MplexStream.receive_some`` reads
+the transport itself (``_receive_for``), once, so the transport's wake-up reaches the
+task that wants the data without a second scheduler pass through the reader (over the
+generic path only where a cancelled ``receive_some`` is known to lose nothing).  A
+lone message after a quiet spell is written by its sender, not the writer; over the
+socket path large sends go to the kernel with one ``writev`` straight from the
+caller's buffer.  See spec section 8.
 
 What streams ask of their connection is this module's small internal interface:
 ``_send_control``, ``_may_write_directly``/``_write_directly``, ``_may_lend``/
@@ -506,21 +510,25 @@ class Muxer:
             self._receive_failed(exc)
             return
         while self._state is _RUNNING:
-            if self._throttle.should_pause():
-                await self._throttle.pause()
             if path.borrower is not None:
                 await self._lend(path, until_idle=True)
                 continue
-            self._reader_state = "waiting"
-            try:
-                data = await path.reader_receive()
-            except Exception as exc:  # any failure of any transport: the connection is lost
-                self._receive_failed(exc)
-                return
-            finally:
-                self._reader_state = "reading"
-            if data is not None and not self._consume(data):
-                return
+            # A borrower moves the reader aside by cancelling this scope, which it does
+            # only while the reader waits inside the transport's receive_some.
+            with path.reader_scope():
+                while self._state is _RUNNING and path.borrower is None:
+                    if self._throttle.should_pause():
+                        await self._throttle.pause()
+                    self._reader_state = "waiting"
+                    try:
+                        data = await path.reader_receive()
+                    except Exception as exc:  # any failure of any transport: it is lost
+                        self._receive_failed(exc)
+                        return
+                    finally:
+                        self._reader_state = "reading"
+                    if not self._consume(data):
+                        return
 
     async def _read_socket_loop(self, path: SocketPath) -> None:
         while self._state is _RUNNING:
@@ -582,8 +590,13 @@ class Muxer:
         if self._turn.borrower_waiting is stream:
             self._turn.wake_borrower()
 
-    def _may_lend(self) -> bool:
+    def _may_lend(self, *, bulk: bool = False) -> bool:
         """True if a receiving task may read the transport itself now (``_receive_for``).
+
+        Not over the generic path to a stream taking a ``bulk`` transfer: there a read
+        brings one TLS record or so, and handing the turn back and forth for each costs
+        more than the reader task's wake-up saves; the turn pays off for the lone
+        messages of a request/response exchange.
 
         Only while no stream has unread data: then the wait is for the peer, and the
         task that wants the next bytes should be the one the transport wakes.  While
@@ -594,6 +607,7 @@ class Muxer:
         return (
             self._turn.borrower is None
             and self._turn.lends
+            and not (bulk and self._socket is None)
             and not self._unread.total
             and not self._throttle.blocked
             and self._state is _RUNNING

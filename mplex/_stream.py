@@ -44,6 +44,9 @@ if TYPE_CHECKING:
 
 __all__ = ["MplexStream"]
 
+#: A delivered piece this large means the stream is taking a bulk transfer (see
+#: receive_some): over the generic path its reader then keeps the read turn.
+_BULK_DELIVERY = 4096
 _SENDABLE = frozenset({StreamState.OPEN, StreamState.REMOTE_CLOSED})
 _RECEIVABLE = frozenset({StreamState.OPEN, StreamState.LOCAL_CLOSED})
 Buffer = bytes | bytearray | memoryview
@@ -123,6 +126,7 @@ class MplexStream(trio.abc.HalfCloseableStream):
         self._failure: BaseException | None = None  # why the stream broke, if it did
         self._send_failure: ConnectionLost | MuxerClosed | None = None  # why sends cannot go
         self._buffer = ReceiveBuffer(unread, self)
+        self._last_delivery = 0  # bytes of the last piece the reader delivered
         self._recv_lot = trio.lowlevel.ParkingLot()
         self._send_busy = False
         self._recv_busy = False
@@ -372,7 +376,7 @@ class MplexStream(trio.abc.HalfCloseableStream):
                 # Read the transport in this task (once: see Muxer._receive_for);
                 # otherwise, or if that read brought nothing for us, let the
                 # muxer's reader task deliver.
-                if self._muxer._may_lend():
+                if self._muxer._may_lend(bulk=self._last_delivery >= _BULK_DELIVERY):
                     await self._muxer._receive_for(self)
                 while self._waiting_for_data():
                     await self._recv_lot.park()
@@ -407,6 +411,7 @@ class MplexStream(trio.abc.HalfCloseableStream):
         """The reader's delivery of one (possibly merged) Message frame; True if the
         stream now holds more than ``Config.max_stream_buffer`` unread bytes."""
         over = self._buffer.append(data)
+        self._last_delivery = len(data)
         self._wake_receiver()
         return over
 

@@ -58,19 +58,21 @@ class StreamPath(ReadTurn):
             await transport.do_handshake()
             self.lends = cancel_safe_receive(transport)
 
-    async def reader_receive(self) -> bytes | bytearray | None:
-        """The reader task's read; None if it was moved aside for a borrower."""
-        with trio.CancelScope() as scope:
-            self._reader_scope = scope
-            self.reader_waiting = True
-            try:
-                return await self._receive_some(READ_SIZE)
-            finally:
-                self.reader_waiting = False
-                self._reader_scope = None
-                if self._reader_out:
-                    self._reader_out.unpark_all()
-        return None
+    def reader_scope(self) -> trio.CancelScope:
+        """A cancel scope for the reader's reads until it is next moved aside (one
+        scope for many reads: a scope per read would cost more than the read)."""
+        self._reader_scope = trio.CancelScope()
+        return self._reader_scope
+
+    async def reader_receive(self) -> bytes | bytearray:
+        """The reader task's read, inside its ``reader_scope``."""
+        self.reader_waiting = True
+        try:
+            return await self._receive_some(READ_SIZE)
+        finally:
+            self.reader_waiting = False
+            if self._reader_out:
+                self._reader_out.unpark_all()
 
     def move_reader_aside(self) -> None:
         if self._reader_scope is not None:
