@@ -264,6 +264,7 @@ class TestStreamsNobodyAccepts:
         small = mplex.Config(max_stream_buffer=64 * 1024, max_connection_buffer=256 * 1024)
         async with muxer_pair(transport, small) as (dialer, peer):
             flooding = trio.Event()
+            flood_over = trio.Event()
 
             async def flood() -> None:
                 pushed = await peer.open_stream("gossip")  # never accepted by the dialer
@@ -272,6 +273,9 @@ class TestStreamsNobodyAccepts:
                         await pushed.send_all(b"g" * 16384)
                         if n == 5:
                             flooding.set()  # over the limit, and queued before the reply
+                # 3.2 MiB only get through once the dialer has reset the stream nobody
+                # accepted: until then its reader holds them back.
+                flood_over.set()
 
             async def echo_server() -> None:
                 stream = await peer.accept_stream()
@@ -288,6 +292,7 @@ class TestStreamsNobodyAccepts:
                     await request.send_all(b"my own request")
                     await request.send_eof()
                     assert await read_all(request) == b"my own request"
+                    await flood_over.wait()
                 stats = dialer.stats
                 nursery.cancel_scope.cancel()
             assert stats.streams_reset_by_policy == 1  # the flood was behind the reply
