@@ -177,13 +177,18 @@ class MplexStream(trio.abc.HalfCloseableStream):
 
     def _append_frame(self, out: bytearray, data: Buffer, size: int) -> None:
         """Append one Message frame of ``size`` bytes (0 < size <= frame size) to the
-        send buffer, caching its prefix for the next write of the same size."""
+        send buffer and make sure it leaves."""
+        self._frame_into(out, data, size)
+        self._queue.queued(1)
+
+    def _frame_into(self, out: bytearray, data: Buffer, size: int) -> None:
+        """Append one Message frame to ``out``, caching its prefix for the next write
+        of the same size."""
         if size != self._last_size:
             self._last_size = size
             self._last_prefix = self._encoder.prefix(self.id, self._data_flag, size)
         out += self._last_prefix
         out += data
-        self._queue.queued(1)
 
     def _refuse_send_nowait(self) -> None:
         """Why send_nowait cannot queue now, as the exception to raise."""
@@ -235,10 +240,7 @@ class MplexStream(trio.abc.HalfCloseableStream):
                     out += data
                     q.frames += 1
                 else:
-                    self._last_size = size
-                    self._last_prefix = self._encoder.prefix(self.id, self._data_flag, size)
-                    out += self._last_prefix
-                    out += data
+                    self._frame_into(out, data, size)
                     q.frames += 1
                 if len(out) >= q.wake_at:
                     if not yielded and q.sender_may_write():

@@ -228,3 +228,16 @@ async def settle() -> None:
     flush.  A small cushion lets the flush and its delivery finish first.
     """
     await trio.testing.wait_all_tasks_blocked(0.01)
+
+
+class TaskSteps(trio.abc.Instrument):
+    """Counts the scheduler steps of one of a muxer's tasks, found by its documented
+    name (``mplex reader <name>`` or ``mplex writer <name>``)."""
+
+    def __init__(self, muxer: mplex.Muxer, task: str) -> None:
+        self.name = f"mplex {task} {muxer.name}"
+        self.steps = 0
+
+    def before_task_step(self, task: trio.lowlevel.Task) -> None:
+        if task.name == self.name:
+            self.steps += 1

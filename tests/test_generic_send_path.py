@@ -15,7 +15,7 @@ import trio.testing
 import mplex
 from mplex import Flag, Frame
 
-from .helpers import TRANSPORTS, PlainStream, RawPeer, settle
+from .helpers import TRANSPORTS, PlainStream, RawPeer, TaskSteps, settle
 
 #: The generic path over each kind of transport: a memory stream, TLS, and TCP with the
 #: socket fast path switched off.
@@ -26,21 +26,9 @@ GENERIC = {
 }
 
 
-class WriterSteps(trio.abc.Instrument):
-    """Counts the scheduler steps of a muxer's writer task (by its documented name)."""
-
-    def __init__(self, muxer: mplex.Muxer) -> None:
-        self.name = f"mplex writer {muxer.name}"
-        self.steps = 0
-
-    def before_task_step(self, task: trio.lowlevel.Task) -> None:
-        if task.name == self.name:
-            self.steps += 1
-
-
 @contextlib.asynccontextmanager
-async def counted_writer(muxer: mplex.Muxer) -> AsyncIterator[WriterSteps]:
-    steps = WriterSteps(muxer)
+async def counted_writer(muxer: mplex.Muxer) -> AsyncIterator[TaskSteps]:
+    steps = TaskSteps(muxer, "writer")
     trio.lowlevel.add_instrument(steps)
     try:
         yield steps
@@ -95,7 +83,9 @@ class GatedStream(PlainStream):
         await self.inner.send_all(data)
 
 
-async def test_a_cancelled_send_all_that_writes_itself_still_writes_its_frame_whole() -> None:
+@contextlib.asynccontextmanager
+async def gated_stream() -> AsyncIterator[tuple[GatedStream, mplex.Muxer, mplex.MplexStream, RawPeer]]:
+    """A muxer over a ``GatedStream``, one stream opened, and the transport quiet."""
     a, b = trio.testing.memory_stream_pair()
     transport = GatedStream(a)
     peer = RawPeer(b)
@@ -103,6 +93,11 @@ async def test_a_cancelled_send_all_that_writes_itself_still_writes_its_frame_wh
         stream = await muxer.open_stream()
         assert len(await peer.receive_frames(1)) == 1
         await quiet_spell()
+        yield transport, muxer, stream, peer
+
+
+async def test_a_cancelled_send_all_that_writes_itself_still_writes_its_frame_whole() -> None:
+    async with gated_stream() as (transport, _muxer, stream, peer):
         gate = transport.gate = trio.Event()
         sender = trio.CancelScope()
         outcome: list[str] = []
@@ -129,13 +124,7 @@ async def test_a_cancelled_send_all_that_writes_itself_still_writes_its_frame_wh
 
 
 async def test_a_failed_write_by_a_sender_ends_the_send_side_with_its_cause() -> None:
-    a, b = trio.testing.memory_stream_pair()
-    transport = GatedStream(a)
-    peer = RawPeer(b)
-    async with mplex.open_muxer(transport) as muxer:
-        stream = await muxer.open_stream()
-        assert len(await peer.receive_frames(1)) == 1
-        await quiet_spell()
+    async with gated_stream() as (transport, muxer, stream, _peer):
         transport.failure = OSError("the wire is cut")
         await stream.send_all(b"lost")  # queued, and written by this task: it fails
         await trio.testing.wait_all_tasks_blocked()

@@ -19,7 +19,7 @@ import trio.testing
 
 import mplex
 from mplex import Flag
-from tests.helpers import TRANSPORTS, RawPeer, frame, read_all, tcp_streams
+from tests.helpers import TRANSPORTS, RawPeer, TaskSteps, frame, read_all, tcp_streams
 
 #: Transports over which receiving tasks borrow the read turn: the socket path, and the
 #: generic path over trio's own streams (whose cancelled receive_some loses nothing).
@@ -30,18 +30,6 @@ LENDING = {
     "tls": ("tls", mplex.Config()),
 }
 over_every_transport = pytest.mark.parametrize("transport", list(LENDING))
-
-
-class ReaderSteps(trio.abc.Instrument):
-    """Counts the scheduler steps of a muxer's reader task (found by its documented name)."""
-
-    def __init__(self, muxer: mplex.Muxer) -> None:
-        self.name = f"mplex reader {muxer.name}"
-        self.steps = 0
-
-    def before_task_step(self, task: trio.lowlevel.Task) -> None:
-        if task.name == self.name:
-            self.steps += 1
 
 
 @contextlib.asynccontextmanager
@@ -95,7 +83,7 @@ async def error_of_waiting_receive(
 async def test_the_waiting_receiver_is_woken_by_the_transport_not_by_the_reader_task(transport: str) -> None:
     async with muxer_with_raw_peer(transport) as (muxer, peer):
         stream = await peer_opened_stream(muxer, peer, 0)
-        steps = ReaderSteps(muxer)
+        steps = TaskSteps(muxer, "reader")
         got = []
 
         async def receive() -> None:
