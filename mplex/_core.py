@@ -68,6 +68,7 @@ class ConnectionCore(Generic[S]):
         self.tombstone_limit = max(_TOMBSTONES, 2 * both_ways)
         self._tombstones: OrderedDict[int, None] = OrderedDict()
         window = config.abuse_window
+
         def budget(name: str) -> SlidingBudget:
             return SlidingBudget(name, getattr(config, name), window)
 

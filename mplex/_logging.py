@@ -13,6 +13,8 @@ from typing import Any
 
 import trio
 
+from ._codec import MAX_MESSAGE_SIZE, Decoder, Flag, RawFrame
+
 __all__ = ["ConnectionLog", "connection_label", "describe", "logger"]
 
 logger = logging.getLogger("mplex")
@@ -29,6 +31,28 @@ class ConnectionLog(logging.LoggerAdapter):  # type: ignore[type-arg]
 
     def process(self, msg: Any, kwargs: Any) -> tuple[Any, Any]:
         return f"{self._prefix}{msg}", kwargs
+
+    def trace(self, direction: str, frames: list[RawFrame]) -> None:
+        """Log frames at DEBUG (received Message frames of one stream arrive merged)."""
+        for header, body in frames:
+            flag = header & 7
+            name = Flag(flag).name if flag != 7 else "flag 7"
+            side = "acceptor" if flag & 1 else "opener"
+            self.debug("%s stream %d (%s) %s %d bytes", direction, header >> 3, side, name, len(body))
+
+    def trace_sent(self, data: bytearray, skip: int) -> None:
+        """Trace the frames in ``data`` after its first ``skip`` bytes (the rest of a
+        frame that a direct write began; -1: not known).  Never raises: the muxer's
+        writer must not fail because of its own logging."""
+        try:
+            if skip < 0:
+                self.debug("send %d bytes (resuming frames written directly)", len(data))
+                return
+            if skip:
+                self.debug("send %d bytes (the rest of a frame written directly)", skip)
+            self.trace("send", Decoder(MAX_MESSAGE_SIZE).feed_raw(memoryview(data)[skip:]))
+        except Exception as exc:
+            self.debug("send %d bytes (not traced: %r)", len(data), exc)
 
 
 def connection_label(transport: trio.abc.Stream) -> str:

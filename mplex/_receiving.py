@@ -15,14 +15,19 @@ dropped, so what ``max_connection_buffer`` bounds is exactly what the program ho
 
 from __future__ import annotations
 
+import functools
 from collections import deque
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
-__all__ = ["ReceiveBuffer", "UnreadData"]
+__all__ = ["PRIME_BLOCK", "ReceiveBuffer", "UnreadData", "prime_allocator"]
 
 #: Received pieces shorter than this are merged while unread.
 _MERGE_BELOW = 4096
+
+#: The block ``prime_allocator`` frees: above the largest buffer a bulk receive
+#: allocates (reads of 256 KiB, the joins of up to Config.max_stream_buffer plus one).
+PRIME_BLOCK = 2 * 1024 * 1024
 
 T = TypeVar("T")
 
@@ -127,3 +132,21 @@ class ReceiveBuffer(Generic[T]):
             self.size = 0
             self._account.released(self._owner, 0, dropped)
         return dropped
+
+
+@functools.cache
+def prime_allocator() -> None:
+    """Free one ``PRIME_BLOCK`` block, once per process (when the first muxer that
+    allows it starts: ``Config.prime_allocator``), so that glibc's malloc keeps
+    receive buffers in its heap instead of mapping each one afresh.
+
+    glibc serves every block of 128 KiB or more with a fresh ``mmap`` and unmaps it
+    when freed, until the program frees a larger mapped block: it then raises that
+    threshold to the block's size and keeps twice as much free memory at the top of
+    its heap.  A bulk receive allocates 256 KiB reads and joins of up to a stream's
+    buffer, so without this it keeps going through fresh, page-faulted memory.
+    ``bytes(n)`` is a ``calloc``, which touches no page of a fresh mapping, so this
+    costs one ``mmap`` and one ``munmap``.  Other allocators simply allocate and free
+    the block.
+    """
+    bytes(PRIME_BLOCK)

@@ -12,7 +12,7 @@ task that wants them:
   ``writev`` (``write_frames``), no copy into the queue;
 * a task waiting in ``receive_some`` may take the *read turn* and read the socket
   itself, so the kernel's wake-up reaches it directly (``borrower``: see the
-  muxer's ``_receive_for``).
+  ``Reader.receive_for``).
 
 Every write here is synchronous and non-blocking: it cannot be cancelled half-way, and
 what the kernel does not take stays queued, whole-frame-ordered, for the writer.  Waits

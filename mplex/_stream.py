@@ -1,15 +1,14 @@
 """MplexStream: one mplex stream as a ``trio.abc.HalfCloseableStream``.
 
-The stream owns its state and its ``ReceiveBuffer``; every byte it sends is appended,
-as whole frames, to the connection's ``SendQueue``, which the muxer writes in order
-(its writer task, or over the socket path after a quiet spell the sending task itself,
-with one synchronous write).  So two streams' frames never interleave within a frame,
-and a cancelled ``send_all`` leaves only whole frames behind.  Over the socket path a
-receiving task with nothing buffered reads the socket itself (``Muxer._receive_for``).
+The stream owns its state and its ``ReceiveBuffer``.  Its send side (``SendSide``, in
+``_sending``) appends every byte, as whole frames, to the connection's ``SendQueue``,
+which the writer sends in order; so two streams' frames never interleave within a
+frame, and a cancelled ``send_all`` leaves only whole frames behind.  A receiving task
+with nothing buffered may read the transport itself (``Reader.receive_for``).
 
-What the stream asks of the muxer is the small interface listed in the muxer's theory
-of operation; what the muxer's reader tells the stream are the methods under "events
-from the muxer's reader" below.
+What the stream asks of its connection is the small interface listed in the muxer's
+theory of operation; what the connection's reader tells the stream are the methods
+under "events from the muxer's reader" below.
 
 Mapping of trio's stream contract onto mplex frames:
 
@@ -29,18 +28,21 @@ connection lost         like a reset, raising ``ConnectionLost``
 from __future__ import annotations
 
 import operator
-from typing import TYPE_CHECKING, final
+from typing import TYPE_CHECKING, NoReturn, final
 
 import trio
 
 from ._codec import Encoder, Flag
 from ._errors import ConnectionLost, MuxerClosed, StreamReset, fresh_copy
 from ._receiving import ReceiveBuffer, UnreadData
+from ._sending import SendSide
 from ._sendqueue import SendQueue
 from ._state import FINISHED_STATES, StreamEvent, StreamState, Verdict, transition
 
 if TYPE_CHECKING:
-    from ._muxer import Muxer
+    from ._reader import Reader
+    from ._streams import Streams
+    from ._writer import Writer
 
 __all__ = ["MplexStream"]
 
@@ -49,34 +51,10 @@ __all__ = ["MplexStream"]
 _BULK_DELIVERY = 4096
 _SENDABLE = frozenset({StreamState.OPEN, StreamState.REMOTE_CLOSED})
 _RECEIVABLE = frozenset({StreamState.OPEN, StreamState.LOCAL_CLOSED})
-Buffer = bytes | bytearray | memoryview
-# send_all's checkpoints, bound once: the 32-byte send_all loop calls them millions of times.
-_checkpoint = trio.lowlevel.checkpoint
-_checkpoint_if_cancelled = trio.lowlevel.checkpoint_if_cancelled
-_yield = trio.lowlevel.cancel_shielded_checkpoint
-
-
-def _byte_buffer(data: object) -> Buffer:
-    """``data``, any object with the buffer protocol, as a flat buffer whose ``len()`` is
-    its byte count (as ``trio.SocketStream.send_all`` takes it); ``TypeError`` otherwise."""
-    if isinstance(data, bytes | bytearray):
-        return data
-    try:
-        view = memoryview(data)  # type: ignore[arg-type]
-    except TypeError:
-        raise TypeError(f"data must be a bytes-like object, not {type(data).__name__}") from None
-    if not view.c_contiguous:
-        return view.tobytes()
-    if view.ndim == 1 and view.itemsize == 1:
-        return view
-    try:
-        return view.cast("B")
-    except TypeError:  # a shape cast() cannot flatten (a 0-d view, say)
-        return view.tobytes()
 
 
 @final
-class MplexStream(trio.abc.HalfCloseableStream):
+class MplexStream(SendSide, trio.abc.HalfCloseableStream):
     """One stream of an mplex connection.
 
     See `trio.abc.HalfCloseableStream` for the contract; the differences are:
@@ -92,7 +70,9 @@ class MplexStream(trio.abc.HalfCloseableStream):
 
     def __init__(
         self,
-        muxer: Muxer,
+        streams: Streams,
+        reader: Reader,
+        writer: Writer,
         stream_id: int,
         name: bytes,
         *,
@@ -101,10 +81,11 @@ class MplexStream(trio.abc.HalfCloseableStream):
         encoder: Encoder,
         unread: UnreadData[MplexStream],
     ) -> None:
-        self._muxer = muxer
-        self._queue = queue
-        self._encoder = encoder
-        self._frame_size = encoder.frame_size
+        super().__init__(
+            writer, queue, encoder, Flag.MESSAGE_INITIATOR if is_initiator else Flag.MESSAGE_RECEIVER
+        )
+        self._streams = streams
+        self._reader = reader
         #: The stream number (unique per opener, not per connection).
         self.id = stream_id
         #: The raw name from the NewStream frame (at most ``Config.max_stream_name_size``).
@@ -114,9 +95,6 @@ class MplexStream(trio.abc.HalfCloseableStream):
         #: Unique within the connection (each side numbers its own streams):
         #: ``id << 1 | is_initiator``.
         self.key = stream_id << 1 | is_initiator
-        self._data_flag = Flag.MESSAGE_INITIATOR if is_initiator else Flag.MESSAGE_RECEIVER
-        self._last_size = -1
-        self._last_prefix = b""
         self._state = StreamState.OPEN
         self._closed_locally = False  # aclose() or reset() was called here
         self._can_send = True  # derived: state sendable, not closed, muxer alive
@@ -128,7 +106,6 @@ class MplexStream(trio.abc.HalfCloseableStream):
         self._buffer = ReceiveBuffer(unread, self)
         self._last_delivery = 0  # bytes of the last piece the reader delivered
         self._recv_lot = trio.lowlevel.ParkingLot()
-        self._send_busy = False
         self._recv_busy = False
 
     # -- identity --------------------------------------------------------------------------
@@ -142,182 +119,7 @@ class MplexStream(trio.abc.HalfCloseableStream):
         side = "ours" if self.is_initiator else "theirs"
         return f"<MplexStream id={self.id} ({side}) name={self.name!r} {self._state.value}>"
 
-    # -- sending ---------------------------------------------------------------------------
-
-    def send_nowait(self, data: Buffer) -> None:
-        """Queue ``data`` for sending without yielding.
-
-        Raises ``trio.WouldBlock`` (queuing nothing) when the connection's send buffer
-        already holds ``Config.send_high_water`` bytes or more (one call may pass the
-        mark by its own size); wait with ``wait_send_all_might_not_block``
-        or fall back to ``send_all``.  Otherwise the same errors as ``send_all``.
-        """
-        q = self._queue
-        out = q.buffer
-        if self._send_busy or not self._can_send or len(out) >= q.high_water:
-            self._refuse_send_nowait()
-        if data.__class__ is not bytes:
-            data = _byte_buffer(data)  # len() must count bytes, before anything is queued
-        size = len(data)
-        if size == self._last_size:
-            # The hot path: _append_frame inlined for a write of the same size as the
-            # last one (many small messages: the prefix is cached).  A method call here
-            # costs a fifth of the whole call, so this stays a copy.
-            out += self._last_prefix
-            out += data
-            q.frames += 1
-            if len(out) >= q.wake_at:
-                q.queued(0)
-            return
-        if size <= self._frame_size:
-            if size:
-                self._append_frame(out, data, size)
-        else:
-            self._queue_frames(memoryview(data).cast("B"))
-
-    def _append_frame(self, out: bytearray, data: Buffer, size: int) -> None:
-        """Append one Message frame of ``size`` bytes (0 < size <= frame size) to the
-        send buffer and make sure it leaves."""
-        self._frame_into(out, data, size)
-        self._queue.queued(1)
-
-    def _frame_into(self, out: bytearray, data: Buffer, size: int) -> None:
-        """Append one Message frame to ``out``, caching its prefix for the next write
-        of the same size."""
-        if size != self._last_size:
-            self._last_size = size
-            self._last_prefix = self._encoder.prefix(self.id, self._data_flag, size)
-        out += self._last_prefix
-        out += data
-
-    def _refuse_send_nowait(self) -> None:
-        """Why send_nowait cannot queue now, as the exception to raise."""
-        if self._send_busy:
-            raise trio.BusyResourceError("another task is sending on this stream")
-        if not self._can_send:
-            self._raise_send_error()
-        raise trio.WouldBlock
-
-    async def send_all(self, data: Buffer) -> None:
-        """See `trio.abc.SendStream.send_all`.
-
-        If cancelled, whole frames of ``data`` may have been queued; never part of one.
-        """
-        if self._send_busy:
-            raise trio.BusyResourceError("another task is sending on this stream")
-        if data.__class__ is not bytes:
-            data = _byte_buffer(data)  # len() must count bytes, before anything is queued
-        self._send_busy = True
-        try:
-            q = self._queue
-            if not q.gathering:
-                # trio's socket idiom: raise if already cancelled, queue, then yield
-                # without cancellation.  The writer is then scheduled in the same pass
-                # as our yield (one pass less latency than yielding first), and a
-                # cancelled call has queued nothing.
-                await _checkpoint_if_cancelled()
-                yielded = False
-            else:
-                # The writer is gathering a busy program's frames until every task is
-                # blocked, so queuing after the yield delays nothing; one checkpoint
-                # costs a call less than the check and the yield apart.
-                await _checkpoint()
-                yielded = True
-            if not self._can_send:
-                if not yielded:
-                    await _yield()
-                self._raise_send_error()
-            out = q.buffer
-            size = len(data)
-            if not size:
-                if not yielded:
-                    await _yield()
-                return
-            if size <= self._frame_size and len(out) < q.high_water:
-                if size == self._last_size:
-                    # The hot path, as in send_nowait (a repeated size: cached prefix).
-                    out += self._last_prefix
-                    out += data
-                    q.frames += 1
-                else:
-                    self._frame_into(out, data, size)
-                    q.frames += 1
-                if len(out) >= q.wake_at:
-                    if not yielded and q.sender_may_write():
-                        await q.write_from_sender()  # a lone message: no writer pass
-                        return
-                    q.queued(0)
-                if not yielded:
-                    await _yield()
-                return
-            if size <= self._frame_size:  # one frame, but the buffer is at the mark
-                if size:
-                    while not q.has_room:
-                        yielded = await self._wait_for_writer()
-                    self._append_frame(q.buffer, data, size)
-            elif await self._send_frames(memoryview(data).cast("B")):
-                yielded = True
-            if not yielded:
-                await _yield()
-        finally:
-            self._send_busy = False
-
-    async def _send_frames(self, view: memoryview) -> bool:
-        """send_all's part for data longer than one frame; True if it yielded.
-
-        Over TCP, whenever nothing is queued or being written, the frames go to the
-        kernel from this task without a copy (the socket path's ``writev``); then it
-        waits for the writer to send what the kernel did not take.  If other senders
-        keep the buffer busy, it queues copies up to the high-water mark like everyone
-        else, so it is never starved.
-        """
-        m = self._muxer
-        q = self._queue
-        step = self._frame_size
-        pos, end = 0, len(view)
-        direct = m._may_write_directly()
-        waited = yielded = False
-        while pos < end:
-            if direct and not q.buffer and not q.writing:
-                pos = m._write_directly(self.id, self._data_flag, view, pos)
-                waited = False
-            elif direct and not waited:
-                q.flush_now()  # write now, not when the program idles
-                yielded = waited = await self._wait_for_writer()
-            elif not q.has_room:
-                yielded = await self._wait_for_writer()
-            else:
-                self._queue_frames(view[pos : pos + step])
-                pos += step
-        return yielded
-
-    async def _wait_for_writer(self) -> bool:
-        """Wait until the writer has sent something (or the stream broke); True."""
-        if self._can_send:  # else nothing would wake us: the failure woke everyone already
-            await self._queue.wait_for_room()
-        if not self._can_send:
-            await trio.lowlevel.cancel_shielded_checkpoint()
-            self._raise_send_error()
-        return True
-
-    def _queue_frames(self, view: memoryview) -> None:
-        self._queue.queued(self._encoder.append(self._queue.buffer, self.id, self._data_flag, view))
-
-    async def wait_send_all_might_not_block(self) -> None:
-        """See `trio.abc.SendStream.wait_send_all_might_not_block`."""
-        if self._send_busy:
-            raise trio.BusyResourceError("another task is sending on this stream")
-        self._send_busy = True
-        try:
-            q = self._queue
-            if not self._can_send or q.has_room:
-                await trio.lowlevel.checkpoint()
-            else:
-                await q.wait_for_room()
-            if not self._can_send:
-                self._raise_send_error()
-        finally:
-            self._send_busy = False
+    # -- sending (the rest is SendSide's, in _sending) -------------------------------------
 
     async def send_eof(self) -> None:
         """See `trio.abc.HalfCloseableStream.send_eof`: sends an mplex Close."""
@@ -335,14 +137,14 @@ class MplexStream(trio.abc.HalfCloseableStream):
             verdict = self._apply(StreamEvent.SEND_CLOSE)
             if verdict is Verdict.OK:
                 self._eof_sent = True
-                self._muxer._send_control(self.id, self._flag(Flag.CLOSE_INITIATOR))
+                self._writer.send_control(self.id, self._flag(Flag.CLOSE_INITIATOR))
                 self._refresh()
             elif verdict is Verdict.BROKEN:
                 self._raise_send_error()
         finally:
             self._send_busy = False
 
-    def _raise_send_error(self) -> None:
+    def _raise_send_error(self) -> NoReturn:
         # Local reasons first: sending after our own close or EOF is the caller's
         # mistake (trio's ClosedResourceError) even if the peer reset the stream since.
         if self._closed_locally:
@@ -375,11 +177,11 @@ class MplexStream(trio.abc.HalfCloseableStream):
             if not self._waiting_for_data():
                 await trio.lowlevel.checkpoint()
             else:
-                # Read the transport in this task (once: see Muxer._receive_for);
+                # Read the transport in this task (once: see Reader.receive_for);
                 # otherwise, or if that read brought nothing for us, let the
                 # muxer's reader task deliver.
-                if self._muxer._may_lend(bulk=self._last_delivery >= _BULK_DELIVERY):
-                    await self._muxer._receive_for(self)
+                if self._reader.may_lend(bulk=self._last_delivery >= _BULK_DELIVERY):
+                    await self._reader.receive_for(self)
                 while self._waiting_for_data():
                     await self._recv_lot.park()
             if self._closed_locally:
@@ -407,7 +209,7 @@ class MplexStream(trio.abc.HalfCloseableStream):
         if self._recv_lot:
             self._recv_lot.unpark_all()
         else:
-            self._muxer._wake_borrower(self)  # it may wait on the transport itself
+            self._reader.wake_borrower(self)  # it may wait on the transport itself
 
     def _deliver(self, data: bytes) -> bool:
         """The reader's delivery of one (possibly merged) Message frame; True if the
@@ -437,9 +239,9 @@ class MplexStream(trio.abc.HalfCloseableStream):
             if dropped and self._state in _RECEIVABLE:
                 self._send_reset()
             elif self._apply(StreamEvent.SEND_CLOSE) is Verdict.OK:
-                self._muxer._send_control(self.id, self._flag(Flag.CLOSE_INITIATOR))
+                self._writer.send_control(self.id, self._flag(Flag.CLOSE_INITIATOR))
             self._refresh()
-            self._muxer._release_slot(self)
+            self._streams.release_slot(self)
         await trio.lowlevel.checkpoint()
 
     def reset(self) -> None:
@@ -452,11 +254,11 @@ class MplexStream(trio.abc.HalfCloseableStream):
         self._discard()
         self._send_reset()
         self._refresh()
-        self._muxer._release_slot(self)
+        self._streams.release_slot(self)
 
     def _send_reset(self) -> None:
         if self._apply(StreamEvent.SEND_RESET) is Verdict.OK:
-            self._muxer._send_control(self.id, self._flag(Flag.RESET_INITIATOR))
+            self._writer.send_control(self.id, self._flag(Flag.RESET_INITIATOR))
 
     # -- events from the muxer's reader ----------------------------------------------------
 
@@ -487,7 +289,7 @@ class MplexStream(trio.abc.HalfCloseableStream):
         data first): reset it.  False if it was reset already."""
         if self._apply(StreamEvent.SEND_RESET) is not Verdict.OK:
             return False
-        self._muxer._send_control(self.id, self._flag(Flag.RESET_INITIATOR))
+        self._writer.send_control(self.id, self._flag(Flag.RESET_INITIATOR))
         self._fail(
             StreamReset(
                 f"stream {self.id} was reset by the slow-reader policy: its unread data "
@@ -535,7 +337,7 @@ class MplexStream(trio.abc.HalfCloseableStream):
         self._wake_receiver()
         self._queue.wake_senders()
         if self._state in FINISHED_STATES or self._failure is not None:
-            self._muxer._forget(self)
+            self._streams.forget(self)
 
     def _failure_error(self) -> BaseException:
         """A fresh exception describing the failure (each raise gets its own traceback)."""

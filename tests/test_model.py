@@ -17,6 +17,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import mplex
+from tests.helpers import TRANSPORTS
 
 
 @dataclasses.dataclass
@@ -49,80 +50,83 @@ OPS = st.lists(
 
 async def settle() -> None:
     # The writer flushes when every task is blocked, and the peer's reader then runs:
-    # a few idle points let every queued frame be delivered (memory streams: no I/O).
-    for _ in range(4):
+    # a few idle points let every queued frame be delivered.  Over loopback TCP (and
+    # TLS over it) this holds too: the kernel has the bytes when the write returns, so
+    # trio sees them ready before it declares the program idle.
+    for _ in range(6):
         await trio.testing.wait_all_tasks_blocked()
 
 
-async def run_model(ops: list[tuple[str, int, int, int]]) -> None:
-    a, b = trio.testing.memory_stream_pair()
+async def run_model(ops: list[tuple[str, int, int, int]], transport: str = "memory") -> None:
     pairs: list[Pair] = []
     pending: tuple[list[Pair], list[Pair]] = ([], [])  # opened by the other side, not accepted
     counter = 0
-    async with mplex.open_muxer(a) as left, mplex.open_muxer(b) as right:
+    async with TRANSPORTS[transport]() as (a, b), mplex.open_muxer(a) as left, mplex.open_muxer(b) as right:
         muxers = (left, right)
         for op, side, which, size in ops:
-            other = 1 - side
-            if op == "open":
-                pair = Pair()
-                pair.ends[side].stream = await muxers[side].open_stream()
-                pairs.append(pair)
-                pending[other].append(pair)
-            elif op == "accept":
-                if pending[side]:
-                    pair = pending[side].pop(0)
-                    pair.ends[side].stream = await muxers[side].accept_stream()
-                    assert pair.ends[side].stream.id == pair.ends[other].stream.id  # type: ignore[union-attr]
-            else:
-                usable = [p for p in pairs if p.ends[side].stream is not None]
-                if not usable:
-                    continue
-                pair = usable[which % len(usable)]
-                me, peer = pair.ends[side], pair.ends[other]
-                stream = me.stream
-                assert stream is not None
-                if op == "send":
-                    counter += 1
-                    data = bytes([counter % 256]) * size
-                    if me.closed_here or me.eof_sent:
-                        with pytest.raises(trio.ClosedResourceError):
+            # Every step is bounded: a frame lost on the way makes a read wait forever.
+            with trio.fail_after(20):
+                other = 1 - side
+                if op == "open":
+                    pair = Pair()
+                    pair.ends[side].stream = await muxers[side].open_stream()
+                    pairs.append(pair)
+                    pending[other].append(pair)
+                elif op == "accept":
+                    if pending[side]:
+                        pair = pending[side].pop(0)
+                        pair.ends[side].stream = await muxers[side].accept_stream()
+                        assert pair.ends[side].stream.id == pair.ends[other].stream.id  # type: ignore[union-attr]
+                else:
+                    usable = [p for p in pairs if p.ends[side].stream is not None]
+                    if not usable:
+                        continue
+                    pair = usable[which % len(usable)]
+                    me, peer = pair.ends[side], pair.ends[other]
+                    stream = me.stream
+                    assert stream is not None
+                    if op == "send":
+                        counter += 1
+                        data = bytes([counter % 256]) * size
+                        if me.closed_here or me.eof_sent:
+                            with pytest.raises(trio.ClosedResourceError):
+                                await stream.send_all(data)
+                        elif peer.reset_sent:
+                            with pytest.raises(mplex.StreamReset):
+                                await stream.send_all(data)
+                        else:
                             await stream.send_all(data)
-                    elif peer.reset_sent:
-                        with pytest.raises(mplex.StreamReset):
-                            await stream.send_all(data)
-                    else:
-                        await stream.send_all(data)
-                        me.sent += data
-                elif op == "eof":
-                    if me.closed_here:
-                        with pytest.raises(trio.ClosedResourceError):
+                            me.sent += data
+                    elif op == "eof":
+                        if me.closed_here:
+                            with pytest.raises(trio.ClosedResourceError):
+                                await stream.send_eof()
+                        elif peer.reset_sent and not me.eof_sent:
+                            with pytest.raises(mplex.StreamReset):
+                                await stream.send_eof()
+                        else:
                             await stream.send_eof()
-                    elif peer.reset_sent and not me.eof_sent:
-                        with pytest.raises(mplex.StreamReset):
-                            await stream.send_eof()
-                    else:
-                        await stream.send_eof()
-                        me.eof_sent = True
-                elif op == "reset":
-                    stream.reset()
-                    me.closed_here = True
-                    if not (me.eof_sent and peer.eof_sent) and not me.reset_sent:
-                        me.reset_sent = True  # a finished stream has nothing to reset
-                elif op == "read":
-                    await settle()
-                    unread = peer.sent[len(me.received) :]
-                    if me.closed_here:
-                        with pytest.raises(trio.ClosedResourceError):
-                            await stream.receive_some()
-                    elif unread:
-                        data = await stream.receive_some()
-                        assert data and unread.startswith(data)
-                        me.received += data
-                    elif peer.eof_sent:
-                        assert await stream.receive_some() == b""
-                    elif peer.reset_sent:
-                        with pytest.raises(mplex.StreamReset):
-                            await stream.receive_some()
+                            me.eof_sent = True
+                    elif op == "reset":
+                        stream.reset()
+                        me.closed_here = True
+                        if not (me.eof_sent and peer.eof_sent) and not me.reset_sent:
+                            me.reset_sent = True  # a finished stream has nothing to reset
+                    elif op == "read":
+                        await settle()
+                        unread = peer.sent[len(me.received) :]
+                        if me.closed_here:
+                            with pytest.raises(trio.ClosedResourceError):
+                                await stream.receive_some()
+                        elif unread:
+                            data = await stream.receive_some()
+                            assert data and unread.startswith(data)
+                            me.received += data
+                        elif peer.eof_sent:
+                            assert await stream.receive_some() == b""
+                        elif peer.reset_sent:
+                            with pytest.raises(mplex.StreamReset):
+                                await stream.receive_some()
             await settle()
         assert not left.closed and not right.closed
 
@@ -141,3 +145,15 @@ REGRESSION = [
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 def test_both_peers_agree_with_the_model(ops: list[tuple[str, int, int, int]]) -> None:
     trio.run(run_model, ops)
+
+
+@pytest.mark.parametrize("transport", [name for name in TRANSPORTS if name != "memory"])
+@example(REGRESSION)
+@given(ops=OPS)
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_both_peers_agree_with_the_model_over_real_transports(
+    transport: str, ops: list[tuple[str, int, int, int]]
+) -> None:
+    """The same model over TCP (with and without the socket path) and TLS: fewer
+    examples, since each one opens a real connection."""
+    trio.run(run_model, ops, transport)
