@@ -315,9 +315,7 @@ class Reader:
                 elif stream is not None and stream._can_receive:
                     if stream._deliver(body):
                         self._throttle.overflowed(stream)
-                elif stream is not None and stream._closed_locally:
-                    stream._on_late_data()
-                else:
+                elif stream is None or not stream._on_late_data():
                     self._dropped(header, stream)
             elif flag == 0:
                 self._on_new_stream(header >> 3, body)

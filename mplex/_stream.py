@@ -37,7 +37,7 @@ from ._errors import ConnectionLost, MuxerClosed, StreamReset, fresh_copy
 from ._receiving import ReceiveBuffer, UnreadData
 from ._sending import SendSide
 from ._sendqueue import SendQueue
-from ._state import FINISHED_STATES, StreamEvent, StreamState, Verdict, transition
+from ._state import FINISHED_STATES, Direction, StreamEvent, StreamState, Verdict, end_direction, transition
 
 if TYPE_CHECKING:
     from ._reader import Reader
@@ -49,8 +49,14 @@ __all__ = ["MplexStream"]
 #: A delivered piece this large means the stream is taking a bulk transfer (see
 #: receive_some): over the generic path its reader then keeps the read turn.
 _BULK_DELIVERY = 4096
-_SENDABLE = frozenset({StreamState.OPEN, StreamState.REMOTE_CLOSED})
-_RECEIVABLE = frozenset({StreamState.OPEN, StreamState.LOCAL_CLOSED})
+_RECEIVABLE = frozenset({StreamState.OPEN, StreamState.LOCAL_CLOSED})  # their direction open on the wire
+_OPEN, _ENDED, _RESET, _LOST, _CLOSED = (
+    Direction.OPEN,
+    Direction.ENDED,
+    Direction.RESET,
+    Direction.LOST,
+    Direction.CLOSED,
+)
 
 
 @final
@@ -96,11 +102,11 @@ class MplexStream(SendSide, trio.abc.HalfCloseableStream):
         #: ``id << 1 | is_initiator``.
         self.key = stream_id << 1 | is_initiator
         self._state = StreamState.OPEN
-        self._closed_locally = False  # aclose() or reset() was called here
-        self._can_send = True  # derived: state sendable, not closed, muxer alive
-        self._can_receive = True  # derived: state receivable and not closed locally
-        self._eof = False  # the peer's Close arrived: its data is complete
-        self._eof_sent = False  # our Close was queued: sending is over, whatever follows
+        # What the program may do in each direction (see _state.Direction).
+        self._sending = _OPEN
+        self._receiving = _OPEN
+        self._can_send = True  # self._sending is OPEN (read by every send)
+        self._can_receive = True  # self._receiving is OPEN (read for every frame)
         self._failure: BaseException | None = None  # why the stream broke, if it did
         self._send_failure: ConnectionLost | MuxerClosed | None = None  # why sends cannot go
         self._buffer = ReceiveBuffer(unread, self)
@@ -128,28 +134,23 @@ class MplexStream(SendSide, trio.abc.HalfCloseableStream):
         self._send_busy = True
         try:
             await trio.lowlevel.checkpoint()
-            if self._closed_locally:
-                raise trio.ClosedResourceError("this stream was closed")
-            if self._eof_sent:
+            if self._sending is _ENDED:
                 return  # repeating send_eof is harmless, whatever happened since
-            if (self._failure is not None or self._send_failure is not None) and self._state in _SENDABLE:
-                self._raise_send_error()  # our EOF can no longer reach the peer
-            verdict = self._apply(StreamEvent.SEND_CLOSE)
-            if verdict is Verdict.OK:
-                self._eof_sent = True
-                self._writer.send_control(self.id, self._flag(Flag.CLOSE_INITIATOR))
-                self._refresh()
-            elif verdict is Verdict.BROKEN:
+            # An open sending direction is open on the wire too, so Close is due.
+            if self._sending is not _OPEN or self._apply(StreamEvent.SEND_CLOSE) is not Verdict.OK:
                 self._raise_send_error()
+            self._sending = _ENDED
+            self._writer.send_control(self.id, self._flag(Flag.CLOSE_INITIATOR))
+            self._refresh()
         finally:
             self._send_busy = False
 
     def _raise_send_error(self) -> NoReturn:
-        # Local reasons first: sending after our own close or EOF is the caller's
-        # mistake (trio's ClosedResourceError) even if the peer reset the stream since.
-        if self._closed_locally:
+        # Local reasons win (see Direction): sending after our own close or EOF is the
+        # caller's mistake (trio's ClosedResourceError) even if the peer reset since.
+        if self._sending is _CLOSED:
             raise trio.ClosedResourceError("this stream was closed")
-        if self._eof_sent:
+        if self._sending is _ENDED:
             raise trio.ClosedResourceError("send_eof() was called on this stream")
         if self._failure is not None:
             raise self._failure_error() from self._failure.__cause__
@@ -184,11 +185,11 @@ class MplexStream(SendSide, trio.abc.HalfCloseableStream):
                     await self._reader.receive_for(self)
                 while self._waiting_for_data():
                     await self._recv_lot.park()
-            if self._closed_locally:
+            if self._receiving is _CLOSED:
                 raise trio.ClosedResourceError("this stream was closed")
             if self._buffer.size:
                 return self._buffer.take(max_bytes)
-            if self._eof:
+            if self._receiving is _ENDED:
                 return b""
             raise self._failure_error() from self._failure_cause()
         finally:
@@ -202,7 +203,7 @@ class MplexStream(SendSide, trio.abc.HalfCloseableStream):
 
     def _waiting_for_data(self) -> bool:
         """True while receive_some has nothing to return or raise yet."""
-        return not self._buffer.size and self._can_receive and not self._closed_locally
+        return not self._buffer.size and self._can_receive
 
     def _wake_receiver(self) -> None:
         """Something changed for a task waiting in receive_some: let it look again."""
@@ -233,8 +234,8 @@ class MplexStream(SendSide, trio.abc.HalfCloseableStream):
         the void (mplex has no "stop sending" frame); data that arrives later is
         answered with a Reset too.  Closes even when cancelled.
         """
-        if not self._closed_locally:
-            self._closed_locally = True
+        if self._receiving is not _CLOSED:
+            self._sending = self._receiving = _CLOSED
             dropped = self._discard()
             if dropped and self._state in _RECEIVABLE:
                 self._send_reset()
@@ -250,7 +251,7 @@ class MplexStream(SendSide, trio.abc.HalfCloseableStream):
         Unread data is dropped; later calls on this stream raise
         ``trio.ClosedResourceError``.
         """
-        self._closed_locally = True
+        self._sending = self._receiving = _CLOSED
         self._discard()
         self._send_reset()
         self._refresh()
@@ -266,7 +267,7 @@ class MplexStream(SendSide, trio.abc.HalfCloseableStream):
         """The peer's Close arrived; False if it meant nothing (a repeat)."""
         if self._apply(StreamEvent.RECV_CLOSE) is not Verdict.OK:
             return False
-        self._eof = True
+        self._receiving = end_direction(self._receiving, _ENDED)
         self._refresh()
         return True
 
@@ -275,14 +276,18 @@ class MplexStream(SendSide, trio.abc.HalfCloseableStream):
         if self._apply(StreamEvent.RECV_RESET) is not Verdict.OK:
             return False
         message = f"stream {self.id} was reset by the peer"
-        self._fail(StreamReset(message, stream_id=self.id, by_peer=True))
+        self._fail(StreamReset(message, stream_id=self.id, by_peer=True), _RESET)
         return True
 
-    def _on_late_data(self) -> None:
-        """Data arrived after we closed locally: tell the peer to stop (once)."""
+    def _on_late_data(self) -> bool:
+        """Data arrived that this stream does not receive: if we closed it here, tell
+        the peer to stop (once) and return True; else False (the frame is dropped)."""
+        if self._receiving is not _CLOSED:
+            return False
         if self._state in _RECEIVABLE:
             self._send_reset()
             self._refresh()
+        return True
 
     def _reset_for_overflow(self) -> bool:
         """The slow-reader policy gave up on this stream (the muxer freed its unread
@@ -296,16 +301,20 @@ class MplexStream(SendSide, trio.abc.HalfCloseableStream):
                 f"went over Config.max_stream_buffer or max_connection_buffer",
                 stream_id=self.id,
                 by_peer=False,
-            )
+            ),
+            _RESET,
         )
         return True
 
     def _connection_lost(self, error: ConnectionLost | MuxerClosed) -> None:
         if self._failure is None:
-            self._fail(error)
+            self._fail(error, _LOST)
 
-    def _fail(self, error: BaseException) -> None:
+    def _fail(self, error: BaseException, how: Direction) -> None:
+        """The stream broke (``how``: RESET or LOST) with ``error``, for both directions."""
         self._failure = error
+        self._sending = end_direction(self._sending, how)
+        self._receiving = end_direction(self._receiving, how)
         self._refresh()
 
     def _send_side_lost(self, error: ConnectionLost | MuxerClosed) -> None:
@@ -313,6 +322,7 @@ class MplexStream(SendSide, trio.abc.HalfCloseableStream):
         receiving goes on until the connection ends."""
         if self._send_failure is None:
             self._send_failure = error
+            self._sending = end_direction(self._sending, _LOST)
             self._refresh()
 
     # -- state -----------------------------------------------------------------------------
@@ -326,14 +336,9 @@ class MplexStream(SendSide, trio.abc.HalfCloseableStream):
         return verdict
 
     def _refresh(self) -> None:
-        """Recompute the derived flags, wake whoever must re-check, let go when finished."""
-        alive = self._failure is None
-        self._can_send = (
-            alive and self._send_failure is None and not self._closed_locally and self._state in _SENDABLE
-        )
-        self._can_receive = (
-            alive and not self._closed_locally and not self._eof and self._state in _RECEIVABLE
-        )
+        """After a change of state: wake whoever must re-check, let go when finished."""
+        self._can_send = self._sending is _OPEN
+        self._can_receive = self._receiving is _OPEN
         self._wake_receiver()
         self._queue.wake_senders()
         if self._state in FINISHED_STATES or self._failure is not None:

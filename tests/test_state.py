@@ -1,4 +1,5 @@
-"""The per-stream transition table, checked over every (state, event) pair."""
+"""The per-stream state machine: the wire table over every (state, event) pair, and
+the rule by which a direction ends."""
 
 from __future__ import annotations
 
@@ -7,11 +8,12 @@ import itertools
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mplex._state import TRANSITIONS, StreamEvent, StreamState, Verdict, transition
+from mplex._state import TRANSITIONS, Direction, StreamEvent, StreamState, Verdict, end_direction, transition
 
 S, E, V = StreamState, StreamEvent, Verdict
-REMOTE = [E.RECV_DATA, E.RECV_CLOSE, E.RECV_RESET]
-LOCAL = [E.SEND_DATA, E.SEND_CLOSE, E.SEND_RESET]
+D = Direction
+REMOTE = [E.RECV_CLOSE, E.RECV_RESET]
+LOCAL = [E.SEND_CLOSE, E.SEND_RESET]
 
 
 def test_every_state_and_event_pair_is_defined() -> None:
@@ -44,10 +46,37 @@ def test_half_closes_combine_into_closed() -> None:
     assert transition(state, E.SEND_CLOSE) == (S.CLOSED, V.OK)
 
 
-def test_data_after_the_peers_close_is_ignored_and_ours_after_our_close_refused() -> None:
-    assert transition(S.REMOTE_CLOSED, E.RECV_DATA) == (S.REMOTE_CLOSED, V.IGNORE)
-    assert transition(S.LOCAL_CLOSED, E.SEND_DATA)[1] is V.CLOSED
-    assert transition(S.RESET, E.SEND_DATA)[1] is V.BROKEN
+def test_repeated_closes_are_ignored_and_a_close_after_a_reset_is_broken() -> None:
+    assert transition(S.REMOTE_CLOSED, E.RECV_CLOSE) == (S.REMOTE_CLOSED, V.IGNORE)
+    assert transition(S.LOCAL_CLOSED, E.SEND_CLOSE) == (S.LOCAL_CLOSED, V.IGNORE)
+    assert transition(S.RESET, E.SEND_CLOSE) == (S.RESET, V.BROKEN)
+
+
+def test_every_table_row_is_reachable_from_open() -> None:
+    reachable, frontier = {S.OPEN}, [S.OPEN]
+    while frontier:
+        state = frontier.pop()
+        for event in StreamEvent:
+            after = transition(state, event)[0]
+            if after not in reachable:
+                reachable.add(after)
+                frontier.append(after)
+    assert reachable == set(StreamState)
+
+
+def test_a_direction_ends_once_for_the_first_reason() -> None:
+    for first in (D.ENDED, D.RESET, D.LOST):
+        ended = end_direction(D.OPEN, first)
+        assert ended is first
+        for later in (D.ENDED, D.RESET, D.LOST):
+            assert end_direction(ended, later) is first
+
+
+def test_a_local_close_overrides_every_other_reason() -> None:
+    for direction in Direction:
+        assert end_direction(direction, D.CLOSED) is D.CLOSED
+    for later in (D.ENDED, D.RESET, D.LOST):
+        assert end_direction(D.CLOSED, later) is D.CLOSED
 
 
 @given(st.lists(st.sampled_from(list(StreamEvent)), max_size=20))
