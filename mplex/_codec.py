@@ -11,9 +11,10 @@ Theory of operation of the Decoder
 chunk completes.  State carried between calls is small and explicit:
 
 * ``_tail``: up to 17 bytes of a header/length prefix cut by a chunk boundary;
-* ``_need``/``_partial``/``_head``: the body of one frame whose prefix is known, still
-  being collected, appended to one bytearray: a frame spread over many tiny chunks
-  costs its bytes, not an object per chunk.
+* ``_need``/``_pieces``/``_head``: the body of one frame whose prefix is known, still
+  being collected.  Large pieces are kept as they came (the body is joined once, when
+  complete: one copy); small ones are appended to one bytearray, so a frame spread
+  over many tiny chunks costs its bytes, not an object per chunk.
 
 The declared length is checked against ``max_message_size`` the moment the length
 varint is complete, before a single body byte is kept, so a peer cannot make us
@@ -180,14 +181,13 @@ class Decoder:
         self._tail = b""
         self._need = 0  # body bytes still missing for the frame in progress
         self._head = 0  # that frame's header
-        # One bytearray, not a list of the reads it came in: a frame arriving in tiny
-        # reads must not cost an object per read.
-        self._partial = bytearray()
+        self._pieces: list[bytes | bytearray | memoryview] = []  # see _keep
+        self._have = 0  # bytes in _pieces
 
     @property
     def buffered(self) -> int:
         """Bytes received but not yet returned as part of a frame."""
-        return len(self._tail) + len(self._partial)
+        return len(self._tail) + self._have
 
     @property
     def offset(self) -> int:
@@ -233,16 +233,32 @@ class Decoder:
 
     # -- internals ---------------------------------------------------------------------
 
+    def _keep(self, data: bytes, start: int = 0, stop: int | None = None) -> None:
+        """Keep ``data[start:stop]`` for the body in progress: as it is (or a view) when
+        it is large and most of ``data``, else copied into the last piece."""
+        piece: bytes | memoryview = data
+        size = (len(data) if stop is None else stop) - start
+        if start or stop is not None:
+            piece = memoryview(data)[start:stop]
+        self._have += size
+        pieces = self._pieces
+        if size >= _KEEP_AS_IS and 2 * size >= len(data):
+            pieces.append(piece)
+        elif pieces and type(pieces[-1]) is bytearray:
+            pieces[-1] += piece
+        else:
+            pieces.append(bytearray(piece))
+
     def _continue_body(self, data: bytes, out: list[RawFrame]) -> int:
         need = self._need
-        partial = self._partial
         if len(data) < need:
-            partial += data
+            self._keep(data)
             self._need = need - len(data)
             return len(data)
-        partial += memoryview(data)[:need]
-        body = bytes(partial)
-        self._partial = bytearray()
+        self._keep(data, 0, need if need < len(data) else None)
+        body = b"".join(self._pieces)
+        self._pieces = []
+        self._have = 0
         self._need = 0
         self.frames_decoded += 1
         out.append((self._head, body))
@@ -266,7 +282,7 @@ class Decoder:
             return end
         self._head = header
         self._need = end - len(data)
-        self._partial = bytearray(memoryview(data)[pos:])
+        self._keep(data, pos)
         return len(data)
 
     def _parse_prefix(self, data: bytes, pos: int, base: int) -> tuple[int, int, int] | None:
@@ -313,7 +329,7 @@ class Decoder:
                 if end > n:
                     self._head = h
                     self._need = end - n
-                    self._partial = bytearray(memoryview(data)[start:])
+                    self._keep(data, start)
                     return
                 count += 1
                 frame_start = pos
@@ -346,6 +362,10 @@ class Decoder:
             if run:
                 append((run_header, run[0] if len(run) == 1 else b"".join(run)))
 
+
+#: A piece of a body in progress this large (and at least half its chunk) is kept as
+#: it came, not copied: the body is joined once it is complete.
+_KEEP_AS_IS = 4096
 
 #: Bodies up to this size qualify for the run path below; above it one slice per frame
 #: already costs little next to the copy.

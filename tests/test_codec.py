@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import tracemalloc
 from typing import Any
 
 import pytest
@@ -119,6 +120,34 @@ class TestLimits:
         for start in range(0, len(wire), chunk):
             decoder.feed(wire[start : start + chunk])
             assert decoder.buffered <= limit
+        assert decoder.buffered == 0
+
+
+    def test_a_body_in_tiny_chunks_costs_its_bytes_not_an_object_per_chunk(self) -> None:
+        body = bytes(range(256)) * 256  # 64 KiB, fed one byte at a time
+        wire = frame(3, Flag.MESSAGE_INITIATOR, body)
+        decoder = Decoder()
+        tracemalloc.start()
+        try:
+            for i in range(len(wire) - 1):
+                decoder.feed(wire[i : i + 1])
+            held, _ = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+        assert held < 2 * len(body)  # an object per chunk would hold over 30x the body
+        assert decoder.feed(wire[-1:]) == [Frame(3, Flag.MESSAGE_INITIATOR, body)]
+
+    @given(st.integers(1, 70_000), st.lists(st.integers(1, 40_000), min_size=1, max_size=8))
+    @settings(max_examples=200)
+    def test_a_body_in_chunks_of_any_sizes_comes_out_whole(self, size: int, chunks: list[int]) -> None:
+        body = random.Random(size).randbytes(size)
+        wire = frame(1, Flag.MESSAGE_RECEIVER, body) + frame(1, Flag.CLOSE_RECEIVER, b"")
+        decoder, got, pos, turn = Decoder(), [], 0, 0
+        while pos < len(wire):
+            step = chunks[turn % len(chunks)]
+            got += decoder.feed(wire[pos : pos + step])
+            pos, turn = pos + step, turn + 1
+        assert got == [Frame(1, Flag.MESSAGE_RECEIVER, body), Frame(1, Flag.CLOSE_RECEIVER, b"")]
         assert decoder.buffered == 0
 
 
