@@ -7,6 +7,7 @@ and py-libp2p baselines, RESULTS.md and saved results.
 
 import sys
 
+from benchmarks.explanations import COMMENTARY
 from mplex._bench.suite import main
 
-sys.exit(main())
+sys.exit(main(commentary=COMMENTARY))

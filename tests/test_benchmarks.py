@@ -40,5 +40,16 @@ def test_quick_suite_produces_every_case_and_baseline(tmp_path: pathlib.Path) ->
     # py-libp2p's own mplex cannot do full-duplex echo: its row says so (and the suite goes on).
     assert "did not complete" in result.stdout
     assert len(saved["cases"]) == 20
-    assert "Targets (issue 3):" in result.stdout
+    assert "\nTargets:\n" in result.stdout
     assert "more targets need" not in result.stdout  # every target was measured
+
+
+def test_every_explanation_is_for_a_target_and_none_ships_in_the_package() -> None:
+    from benchmarks.explanations import COMMENTARY
+    from mplex._bench import report
+
+    descriptions = {description for description, *_ in report.targets()}
+    assert set(COMMENTARY.explanations) <= descriptions
+    shipped = "".join(path.read_text() for path in (ROOT / "mplex" / "_bench").glob("*.py"))
+    assert "2026-" not in shipped  # dated narrative of runs belongs in benchmarks/
+    assert "issue 3" not in shipped

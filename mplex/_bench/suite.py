@@ -24,7 +24,7 @@ from typing import Any
 
 import trio
 
-from mplex._bench.report import results_markdown, targets_text
+from mplex._bench.report import Commentary, results_markdown, targets_text
 
 #: The source checkout's benchmarks/ folder (js and py-libp2p baselines, RESULTS.md),
 #: when this package runs from a checkout; absent in an installed wheel.
@@ -598,7 +598,8 @@ def machine() -> str:
     )
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, commentary: Commentary | None = None) -> int:
+    """The command; ``commentary`` (a source checkout's) goes into RESULTS.md."""
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
     parser.add_argument("cases", nargs="*", help="case names (default: all)")
     parser.add_argument("--quick", action="store_true", help="tiny sizes: checks the harness")
@@ -611,7 +612,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     if args.from_json:
-        return rerender(args.from_json, args.write_results)
+        return rerender(args.from_json, args.write_results, commentary)
     runs = args.runs or (1 if args.quick else 3)
     suite = cases(args.quick, set(args.cases))
     notes = drop_unavailable(suite, args.require_baselines)
@@ -619,7 +620,7 @@ def main(argv: list[str] | None = None) -> int:
     run_suite(suite, runs, timeout=120 if args.quick else 600)
     table = rows(suite)
     print(render(table))
-    print("\nTargets (issue 3):\n" + targets_text(suite))
+    print("\nTargets:\n" + targets_text(suite))
     for note in notes:
         print(note)
     print(f"\n{runs} run(s) per implementation, medians; {time.monotonic() - started:.0f} s in all.")
@@ -639,11 +640,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(f"Results saved to {saved}")
     if args.write_results:
-        write_results_md(suite, table, runs, machine())
+        write_results_md(suite, table, runs, machine(), commentary)
     return 0
 
 
-def rerender(path: Path, write: bool) -> int:
+def rerender(path: Path, write: bool, commentary: Commentary | None = None) -> int:
     """Print (and optionally write to RESULTS.md) the table of a saved run."""
     saved = json.loads(path.read_text())
     suite = cases(saved["quick"], set(saved["cases"]))
@@ -653,12 +654,15 @@ def rerender(path: Path, write: bool) -> int:
     table = rows(suite)
     print(render(table))
     if write:
-        write_results_md(suite, table, saved["runs"], saved["machine"])
+        write_results_md(suite, table, saved["runs"], saved["machine"], commentary)
     return 0
 
 
-def write_results_md(suite: list[Case], table: list[list[str]], runs: int, where: str) -> None:
-    (CHECKOUT / "RESULTS.md").write_text(results_markdown(suite, table, runs, where, markdown(table)))
+def write_results_md(
+    suite: list[Case], table: list[list[str]], runs: int, where: str, commentary: Commentary | None
+) -> None:
+    text = results_markdown(suite, table, runs, where, markdown(table), commentary=commentary)
+    (CHECKOUT / "RESULTS.md").write_text(text)
 
 
 if __name__ == "__main__":
