@@ -28,9 +28,9 @@ export MPLEX_BENCH_PYLIBP2P_PYTHON := $(abspath $(BENCH_VENV))/bin/python
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
-$(STAMP): pyproject.toml | $(BIN)/python
+$(STAMP): pyproject.toml constraints.txt | $(BIN)/python
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[test,cli]'
+	$(BIN)/python -m pip install -q -c constraints.txt -e '.[test,cli]'
 	touch $@
 
 lint: $(STAMP)
@@ -42,11 +42,12 @@ $(JS_STAMP): $(JS_DIR)/package.json $(JS_DIR)/package-lock.json
 	cd $(JS_DIR) && npm ci --no-audit --no-fund
 	touch $@
 
-$(BENCH_STAMP): pyproject.toml
+# py-libp2p's pinned release (constraints.txt) is the benchmark's baseline and the
+# host the tests in tests/libp2p run in.
+$(BENCH_STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(BENCH_VENV)
 	$(BENCH_VENV)/bin/python -m pip install -q --upgrade pip
-	$(BENCH_VENV)/bin/python -m pip install -q -e '.[libp2p,bench]' \
-		pytest==9.2.0 pytest-trio==0.8.0 trustme==1.2.1
+	$(BENCH_VENV)/bin/python -m pip install -q -c constraints.txt -e '.[libp2p]' pytest pytest-trio trustme
 	touch $@
 
 test: lint $(STAMP) $(JS_STAMP) $(BENCH_STAMP)
@@ -65,7 +66,7 @@ $(SUITE_STAMP): $(BENCH_STAMP)
 	rm -rf $(SUITE_DIR) && mkdir -p $(SUITE_DIR)
 	$(BENCH_VENV)/bin/python -m pip download -q --no-deps --no-binary :all: -d $(SUITE_DIR) libp2p==0.8.1
 	tar -xzf $(SUITE_DIR)/libp2p-0.8.1.tar.gz -C $(SUITE_DIR) libp2p-0.8.1/tests libp2p-0.8.1/pyproject.toml
-	$(BENCH_VENV)/bin/python -m pip install -q factory-boy==2.12.0 pytest-mock==3.15.1 pytest-timeout==2.4.0
+	$(BENCH_VENV)/bin/python -m pip install -q -c constraints.txt factory-boy pytest-mock pytest-timeout
 	touch $@
 
 # The long versions: the 30-second soak, the 100,000-stream churn, and py-libp2p's
@@ -80,10 +81,10 @@ test-full: lint $(STAMP) $(JS_STAMP) $(BENCH_STAMP)
 test-min: $(MIN_VENV)/.installed
 	$(MIN_VENV)/bin/python -m pytest -q -p no:cacheprovider --ignore=tests/test_benchmarks.py
 
-$(MIN_VENV)/.installed: pyproject.toml
+$(MIN_VENV)/.installed: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(MIN_VENV)
 	$(MIN_VENV)/bin/python -m pip install -q --upgrade pip
-	$(MIN_VENV)/bin/python -m pip install -q -e '.[test]' 'trio==$(TRIO_MIN)'
+	$(MIN_VENV)/bin/python -m pip install -q -c constraints.txt -e '.[test]' 'trio==$(TRIO_MIN)'
 	touch $@
 
 bench: $(STAMP) $(JS_STAMP) $(BENCH_STAMP)

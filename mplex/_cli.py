@@ -25,6 +25,7 @@ from pathlib import Path
 
 import trio
 
+from . import __version__
 from ._codec import PROTOCOL_ID, Decoder, Frame
 from ._exceptions import ProtocolError
 from ._multistream import NegotiationError
@@ -312,6 +313,7 @@ def parser() -> argparse.ArgumentParser:
         prog="mplex", description="libp2p mplex for trio: serve, dial, decode, bench"
     )
     top.add_argument("-v", "--verbose", action="store_true", help="log to stderr (DEBUG: every frame)")
+    top.add_argument("--version", action="version", version=f"mplex {__version__} ({PROTOCOL_ID})")
     sub = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser("decode", help="dissect a captured mplex byte stream into frames")
