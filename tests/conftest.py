@@ -45,7 +45,8 @@ def _js_versions(*names: str) -> str:
 
 
 def _libp2p_pin() -> str:
-    return re.findall(r'"(libp2p==[^"]+)"', (ROOT / "pyproject.toml").read_text())[0]
+    """The py-libp2p release the tests run against (pinned in constraints.txt)."""
+    return re.findall(r"^(libp2p==\S+)", (ROOT / "constraints.txt").read_text(), re.MULTILINE)[0]
 
 
 def _peer_column(params: dict[str, Any]) -> str:
