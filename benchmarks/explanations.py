@@ -93,7 +93,8 @@ EXPLANATIONS: dict[str, str] = {
         "reads each message's 2-byte length and its body with two reads of its TCP "
         "stream (libp2p.io.trio.TrioTCPStream), each behind a trio.Lock of its own: the "
         "reader task takes 4 steps per round trip. Only send_all's checkpoint and the "
-        "writer's pass are the muxer's. It is 0.69x py-libp2p's own mplex in the same run."
+        "writer's pass are the muxer's; the target against py-libp2p's own mplex, in "
+        "the same run, shows the muxer's share."
     ),
     "latency p50 vs raw TCP": (
         "Over TCP the receiving task reads the socket itself and a lone reply is written "
@@ -105,8 +106,8 @@ EXPLANATIONS: dict[str, str] = {
         "next receive), with 2.5 I/O waits against 2.0. In each the client process was "
         "busy for nearly the whole round trip (client CPU 142, 127 and 217 us), so the "
         "ratio is set by CPU per message on both sides, which this machine varies from "
-        "run to run: the same day's `make bench` gave 1.39x, and runs on 2026-11-30 "
-        "1.13-1.17x."
+        "run to run: the two full `make bench` runs of 2026-12-01 gave 1.39x and 1.23x, "
+        "and runs on 2026-11-30 1.13-1.17x."
     ),
     "TLS latency p50 vs raw trio SSLStream": (
         "`python -m benchmarks.probe_round_trip --tls` (2026-12-01): a raw SSLStream 288 us "
