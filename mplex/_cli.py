@@ -301,6 +301,13 @@ def positive(text: str) -> int:
     return value
 
 
+def seconds(text: str) -> float:
+    value = float(text)
+    if not 0 <= value < float("inf"):  # also refuses nan
+        raise argparse.ArgumentTypeError(f"must be a finite, non-negative number of seconds, not {text}")
+    return value
+
+
 def port_number(text: str) -> int:
     value = int(text)
     if not 0 <= value <= 65535:
@@ -339,7 +346,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--size", type=positive, default=65536, help="bytes sent on each stream")
     p.add_argument("--verify", action="store_true", help="check that every stream echoes its bytes")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--connect-timeout", type=float, default=10.0)
+    p.add_argument("--connect-timeout", type=seconds, default=10.0, help="seconds (default 10)")
     p.add_argument("--json", action="store_true", help="one JSON object instead of a table")
     p.add_argument("--negotiate", action="store_true", help=NEGOTIATE_HELP)
     p.set_defaults(run=dial_command)

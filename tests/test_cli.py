@@ -185,6 +185,8 @@ class TestArguments:
         [
             ["dial", "127.0.0.1", "80", "--streams", "0"],
             ["dial", "127.0.0.1", "99999"],
+            ["dial", "127.0.0.1", "80", "--connect-timeout", "-1"],
+            ["dial", "127.0.0.1", "80", "--connect-timeout", "nan"],
             ["serve", "--mode", "x"],
             [],
         ],
