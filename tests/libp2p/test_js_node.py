@@ -16,6 +16,7 @@ from libp2p.identity.identify.identify import ID as IDENTIFY
 from libp2p.identity.identify.pb.identify_pb2 import Identify
 from libp2p.identity.update import update_peerstore_from_identify
 from libp2p.peer.id import ID
+from libp2p.abc import INotifee
 from libp2p.peer.peerinfo import info_from_p2p_addr
 from libp2p.utils.varint import read_length_prefixed_protobuf
 
@@ -26,6 +27,37 @@ from tests.libp2p.jsnode import JsNode, js_node
 DIRECTIONS = pytest.mark.parametrize("dialer", ["python", "js"])
 
 
+class ConnectedTo(INotifee):
+    """Sets `done` once the host's swarm has registered a connection to `peer`.
+
+    The js node reports "dialed" as soon as its own side of the upgrade is done, which
+    can be before the py-libp2p host has added the connection to its swarm.
+    """
+
+    def __init__(self, peer: ID) -> None:
+        self.peer = peer
+        self.done = trio.Event()
+
+    async def connected(self, network: Any, conn: Any) -> None:
+        if conn.muxed_conn.peer_id == self.peer:
+            self.done.set()
+
+    async def opened_stream(self, network: Any, stream: Any) -> None:
+        pass
+
+    async def closed_stream(self, network: Any, stream: Any) -> None:
+        pass
+
+    async def disconnected(self, network: Any, conn: Any) -> None:
+        pass
+
+    async def listen(self, network: Any, multiaddr: Any) -> None:
+        pass
+
+    async def listen_close(self, network: Any, multiaddr: Any) -> None:
+        pass
+
+
 @contextlib.asynccontextmanager
 async def connected_to_js(dialer: str) -> AsyncIterator[tuple[Any, JsNode, ID]]:
     """(our py-libp2p host, the js node, the js node's peer id), connected."""
@@ -33,11 +65,14 @@ async def connected_to_js(dialer: str) -> AsyncIterator[tuple[Any, JsNode, ID]]:
     async with js_node() as node, host.run(listen_addrs=[LOOPBACK]):
         host.set_stream_handler(ECHO, echo_handler)
         js_id = ID.from_base58(node.id)
+        registered = ConnectedTo(js_id)
+        host.get_network().register_notifee(registered)
         with trio.fail_after(20):
             if dialer == "python":
                 await host.connect(info_from_p2p_addr(multiaddr.Multiaddr(node.addr)))
             else:
                 assert await node.command("dialed", dial=str(host.get_addrs()[0])) == str(host.get_id())
+            await registered.done.wait()
         [conn] = host.get_network().get_connections(js_id)
         assert isinstance(conn.muxed_conn, MplexMuxedConn)
         yield host, node, js_id
