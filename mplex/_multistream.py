@@ -29,6 +29,7 @@ __all__ = [
     "NegotiationError",
     "ProtocolNotSupportedError",
     "encode_message",
+    "leading_handshake",
 ]
 
 #: The header both sides send first.
@@ -196,6 +197,27 @@ class _Negotiation:
 
     def _on_message(self, message: str) -> None:
         raise NotImplementedError
+
+
+def leading_handshake(data: bytes, protocol: str) -> tuple[list[str], int] | None:
+    """The multistream-select messages at the start of ``data`` that end by agreeing on
+    ``protocol``, and the offset where ``protocol``'s bytes begin.
+
+    ``None`` when ``data`` does not start with the multistream header.  For one side
+    of a recorded connection (``mplex decode``); raises ``NegotiationError`` when the
+    messages are malformed or stop before ``protocol`` is named.
+    """
+    header = encode_message(MULTISTREAM_PROTOCOL_ID)
+    if not data.startswith(header):
+        return None
+    reader = _MessageReader()
+    reader.feed(data)
+    messages: list[str] = []
+    while (message := reader.next_message()) is not None:
+        messages.append(message)
+        if message == protocol:
+            return messages, len(data) - len(reader.trailing)
+    raise NegotiationError(f"the handshake ({', '.join(messages)}) stops before {protocol} is agreed")
 
 
 def protocol_list(protocols: str | Sequence[str]) -> list[str]:

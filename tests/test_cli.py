@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pathlib
 import signal
+import socket
 import subprocess
 import sys
+from collections.abc import Iterator
 
 import pytest
 
-from mplex import Encoder, Flag
+from mplex import MULTISTREAM_PROTOCOL_ID, PROTOCOL_ID, Encoder, Flag
+from mplex._multistream import encode_message
 
 MPLEX = [sys.executable, "-m", "mplex"]
 
@@ -28,6 +32,19 @@ def stop(server: subprocess.Popen[str]) -> None:
     for pipe in (server.stdout, server.stderr):
         if pipe is not None:
             pipe.close()
+
+
+@contextlib.contextmanager
+def served(mode: str, *options: str) -> Iterator[str]:
+    """An `mplex serve` in ``mode`` for the block; its port."""
+    server = subprocess.Popen(
+        [*MPLEX, "serve", "--mode", mode, *options], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        assert server.stdout is not None
+        yield server.stdout.readline().rsplit(":", 1)[1].strip()
+    finally:
+        stop(server)
 
 
 def capture() -> bytes:
@@ -90,6 +107,57 @@ class TestDecode:
             result.stderr.strip()
             == "mplex decode: cannot read /nonexistent/capture.bin: No such file or directory"
         )
+
+    def test_a_leading_multistream_handshake_is_skipped_and_said(self) -> None:
+        messages = (MULTISTREAM_PROTOCOL_ID, "/yamux/1.0.0", PROTOCOL_ID)
+        handshake = b"".join(encode_message(m) for m in messages)
+        result = run("decode", "-", stdin=handshake + capture())
+        assert result.returncode == 0, result.stderr
+        assert "5 frames" in result.stdout
+        assert f"\n{len(handshake)} " in result.stdout  # offsets count from the capture's start
+        assert result.stderr.strip() == (
+            f"note: skipped the multistream-select handshake, bytes 0-{len(handshake) - 1}: "
+            f"{MULTISTREAM_PROTOCOL_ID}, /yamux/1.0.0, {PROTOCOL_ID}"
+        )
+
+    def test_a_handshake_that_never_agrees_on_mplex_is_one_line(self) -> None:
+        handshake = encode_message(MULTISTREAM_PROTOCOL_ID) + encode_message("/yamux/1.0.0")
+        result = run("decode", "-", stdin=handshake)
+        assert result.returncode == 1
+        assert result.stderr.strip() == (
+            "mplex decode: the capture starts with multistream-select, but the handshake "
+            f"({MULTISTREAM_PROTOCOL_ID}, /yamux/1.0.0) stops before {PROTOCOL_ID} is agreed (see --offset)"
+        )
+
+    def test_offset_starts_where_it_is_told(self) -> None:
+        result = run("decode", "--offset", "4", "-", stdin=b"junk" + capture())
+        assert result.returncode == 0, result.stderr
+        assert "5 frames in" in result.stdout and "from byte 4" in result.stdout
+        past = run("decode", "--offset", "99", "-", stdin=b"junk")
+        assert past.returncode == 1
+        assert past.stderr.strip() == "mplex decode: --offset 99 is past the end of the capture (4 bytes)"
+
+    def test_output_into_a_pipe_is_plain_text(self) -> None:
+        # rich is installed in the test venv; a pipe still gets no box drawing.
+        result = run("decode", "-", stdin=capture())
+        assert result.returncode == 0
+        assert not set("─━┃│┏╭") & set(result.stdout)
+        header = result.stdout.splitlines()[1].split()
+        assert header == ["offset", "stream", "sent", "by", "flag", "length", "data"]
+
+    def test_a_reader_that_goes_away_ends_it_quietly(self) -> None:
+        e = Encoder()
+        big = b"".join(e.frame(i % 7, Flag.MESSAGE_INITIATOR, b"x" * 20) for i in range(50_000))
+        done = subprocess.run(
+            f"{sys.executable} -m mplex decode - | head -n 1",
+            shell=True,
+            input=big,
+            capture_output=True,
+            timeout=120,
+            check=False,
+        )
+        assert done.stdout.decode().startswith("50000 frames")
+        assert b"Traceback" not in done.stderr and b"BrokenPipe" not in done.stderr
 
 
 class TestServeAndDial:
@@ -168,14 +236,84 @@ class TestServeAndDial:
         assert len(result.stderr.strip().splitlines()) == 1
         assert "Traceback" not in result.stderr
 
+    def test_a_verify_that_fails_is_one_line_that_says_why(self) -> None:
+        with served("discard") as port:
+            result = run("dial", "127.0.0.1", port, "--streams", "3", "--verify")
+        assert result.returncode == 1
+        assert result.stdout == ""  # no table of a failed run
+        assert result.stderr.strip() == (
+            "mplex dial: 3 of 3 streams did not echo what they sent (received 0 of 196608 bytes: "
+            "the peer sent nothing back; is it an echo server?)"
+        )
+
+    def test_a_verify_that_fails_says_so_in_json_too(self) -> None:
+        with served("discard") as port:
+            result = run("dial", "127.0.0.1", port, "--streams", "2", "--verify", "--json")
+        assert result.returncode == 1
+        report = json.loads(result.stdout)
+        assert (report["mismatches"], report["failure"].split(" (")[0]) == (
+            2,
+            "2 of 2 streams did not echo what they sent",
+        )
+        assert len(result.stderr.strip().splitlines()) == 1
+
+    def test_timeout_bounds_a_peer_that_never_answers(self) -> None:
+        with socket.socket() as silent:  # accepts (in the kernel's backlog) and never reads
+            silent.bind(("127.0.0.1", 0))
+            silent.listen()
+            port = str(silent.getsockname()[1])
+            result = run("dial", "127.0.0.1", port, "--streams", "2", "--size", "1000", "--timeout", "1")
+        assert result.returncode == 1
+        assert result.stderr.strip() == (
+            "mplex dial: no result within 1 s (sent 2000 of 2000 bytes, received 0); --timeout sets the limit"
+        )
+
+    def test_a_negotiating_peer_dialed_without_negotiate_gets_the_hint(self) -> None:
+        with served("echo", "--negotiate") as port:
+            result = run("dial", "127.0.0.1", port, "--streams", "2")
+        assert result.returncode == 1
+        assert result.stdout == ""
+        [line] = result.stderr.strip().splitlines()
+        assert line.startswith("mplex dial: 2 of 2 streams failed; the first: stream ")
+        hint = "(if the peer speaks multistream-select first, as libp2p peers do, add --negotiate)"
+        assert line.endswith(hint)
+
+    def test_the_payload_is_streamed_so_memory_stays_bounded(self) -> None:
+        # 20 streams x 10 MB each way: made up front, the payload alone would be 200 MB.
+        with served("echo") as port:
+            dial = [*MPLEX, "dial", "127.0.0.1", port, "--streams", "20", "--size", "10000000", "--verify"]
+            measure = (
+                "import resource, subprocess, sys; "
+                f"done = subprocess.run({dial!r}, stdout=subprocess.DEVNULL); "
+                "print(done.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)"
+            )
+            result = subprocess.run(
+                [sys.executable, "-c", measure], capture_output=True, text=True, timeout=300, check=False
+            )
+        status, peak_kib = map(int, result.stdout.split())
+        assert status == 0, result.stderr
+        assert peak_kib < 100 * 1024, f"peak RSS {peak_kib} KiB"
+
+    def test_verbose_works_after_the_subcommand_too(self) -> None:
+        with served("echo") as port:
+            result = run("dial", "127.0.0.1", port, "--streams", "1", "--size", "10", "-v")
+        assert result.returncode == 0, result.stderr
+        assert "NEW_STREAM" in result.stderr
+
+    def test_the_report_says_its_rate_counts_both_directions(self) -> None:
+        with served("echo") as port:
+            result = run("dial", "127.0.0.1", port, "--streams", "1", "--json")
+        assert "mb_per_s_both_directions" in json.loads(result.stdout)
+
 
 def test_without_rich_tables_are_plain_text_with_their_title(monkeypatch: pytest.MonkeyPatch) -> None:
-    from mplex import _cli
+    from mplex._cli import output
 
     monkeypatch.setitem(sys.modules, "rich.console", None)  # as if rich were not installed
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True)  # rich would be used on a terminal
     lines: list[str] = []
     monkeypatch.setattr("builtins.print", lambda *a, **k: lines.append(" ".join(map(str, a))))
-    _cli.print_table("2 frames", ["a", "bb"], [["1", "22"], ["333", "4"]])
+    output.print_table("2 frames", ["a", "bb"], [["1", "22"], ["333", "4"]], plain=False)
     assert lines == ["2 frames", "a    bb\n1    22\n333  4"]
 
 
@@ -196,6 +334,13 @@ class TestArguments:
         assert result.returncode == 2
         assert "Traceback" not in result.stderr
         assert "usage: mplex" in result.stderr
+
+    def test_help_shows_the_defaults(self) -> None:
+        result = run("dial", "--help")
+        assert result.returncode == 0
+        text = " ".join(result.stdout.split())
+        for default in ("(default: 10)", "(default: 65536)", "seconds for the whole dial (default: 60.0)"):
+            assert default in text
 
     def test_help_lists_every_command(self) -> None:
         result = run("--help")

@@ -1,0 +1,198 @@
+"""``mplex dial``: open streams to a peer, send, read back, report."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import struct
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+
+import trio
+
+from .._codec import PROTOCOL_ID
+from .._multistream import NegotiationError
+from .._muxer import Muxer, open_muxer
+from .._negotiation import select_protocol
+from .._stream import MplexStream
+from .errors import CommandError
+from .output import print_table
+
+__all__ = ["CHUNK", "Payload", "dial_command"]
+
+#: Bytes per send, and the period of the generated payload.
+CHUNK = 65536
+
+_NEGOTIATE_HINT = "if the peer speaks multistream-select first, as libp2p peers do, add --negotiate"
+
+
+class Payload:
+    """The bytes stream ``index`` sends, made a chunk at a time so that memory stays
+    bounded whatever ``size`` is.
+
+    Chunk ``k`` is a random block (the same for every stream) whose first 16 bytes are
+    the stream's index and ``k``: no two chunks of a dial are equal, so an echo that
+    loses, repeats or swaps chunks does not verify.
+    """
+
+    def __init__(self, block: bytes, index: int, size: int) -> None:
+        self._block = block
+        self.index = index
+        self.size = size
+
+    def chunk(self, k: int) -> bytes:
+        """Chunk ``k``: bytes ``k * CHUNK`` up to ``(k + 1) * CHUNK`` of the payload."""
+        length = min(CHUNK, self.size - k * CHUNK)
+        return (struct.pack("<QQ", self.index, k) + self._block[16:length])[:length]
+
+    def chunks(self) -> Iterator[bytes]:
+        """Every chunk, in order."""
+        for k in range(-(-self.size // CHUNK)):
+            yield self.chunk(k)
+
+
+class EchoCheck:
+    """Compares an echo with its payload as the echo arrives."""
+
+    def __init__(self, payload: Payload) -> None:
+        self._payload = payload
+        self._position = 0
+        self._chunk_index = -1
+        self._chunk = b""
+        self._matches = True
+
+    def feed(self, data: bytes | bytearray) -> None:
+        """The next bytes the peer sent back."""
+        view = memoryview(data)
+        while self._matches and view:
+            k, offset = divmod(self._position, CHUNK)
+            if self._position >= self._payload.size:
+                self._matches = False  # more came back than was sent
+                break
+            if k != self._chunk_index:
+                self._chunk_index, self._chunk = k, self._payload.chunk(k)
+            count = min(len(view), len(self._chunk) - offset)
+            self._matches = view[:count] == self._chunk[offset : offset + count]
+            view = view[count:]
+            self._position += count
+
+    @property
+    def verified(self) -> bool:
+        """Everything came back, unchanged."""
+        return self._matches and self._position == self._payload.size
+
+
+@dataclass
+class Report:
+    """What a dial did; ``failure`` is the one line that says why it failed, if it did."""
+
+    streams: int
+    bytes_sent: int = 0
+    bytes_received: int = 0
+    seconds: float = 0.0
+    mb_per_s_both_directions: float = 0.0
+    verified: bool = False
+    mismatches: int = 0
+    errors: list[str] = field(default_factory=list)
+    failure: str | None = None
+
+    def rows(self) -> list[list[str]]:
+        """The report as a two-column table (the errors as their count)."""
+        shown = {**asdict(self), "errors": len(self.errors)}
+        del shown["failure"]
+        return [
+            [key, f"{value:.3f}" if isinstance(value, float) else str(value)] for key, value in shown.items()
+        ]
+
+
+def dial_command(args: argparse.Namespace) -> int:
+    """Dial, print the report (or the one line why it failed); 1 if it failed."""
+    report = trio.run(_dial, args)
+    if args.json:
+        print(json.dumps(asdict(report)))
+    elif report.failure is None:
+        print_table(f"dial {args.host}:{args.port}", ["", ""], report.rows(), plain=args.plain)
+    if report.failure is not None:
+        print(f"mplex dial: {report.failure}", file=sys.stderr)
+        return 1
+    return 0
+
+
+async def _dial(args: argparse.Namespace) -> Report:
+    report = Report(streams=args.streams, verified=args.verify)
+    block = random.Random(args.seed).randbytes(CHUNK)
+    ended = None
+    start = time.perf_counter()
+    with trio.move_on_after(args.timeout) as overall:
+        transport = await _connect(args)
+        async with open_muxer(transport) as muxer, trio.open_nursery() as nursery:
+            for index in range(args.streams):
+                nursery.start_soon(_one_stream, muxer, Payload(block, index, args.size), args.verify, report)
+        ended = muxer.end_error
+    report.seconds = time.perf_counter() - start
+    moved = report.bytes_sent + report.bytes_received
+    report.mb_per_s_both_directions = moved / report.seconds / 1e6 if report.seconds else 0.0
+    if overall.cancelled_caught:
+        report.failure = (
+            f"no result within {args.timeout:g} s (sent {report.bytes_sent} of {args.size * args.streams} "
+            f"bytes, received {report.bytes_received}); --timeout sets the limit"
+        )
+    elif report.errors:
+        report.failure = (
+            f"{len(report.errors)} of {args.streams} streams failed; the first: {report.errors[0]}"
+        )
+        if ended is not None and report.bytes_received == 0 and not args.negotiate:
+            report.failure += f" ({_NEGOTIATE_HINT})"
+    elif report.mismatches:
+        report.failure = (
+            f"{report.mismatches} of {args.streams} streams did not echo what they sent "
+            f"(received {report.bytes_received} of {args.size * args.streams} bytes"
+            + (": the peer sent nothing back; is it an echo server?)" if report.bytes_received == 0 else ")")
+        )
+    return report
+
+
+async def _connect(args: argparse.Namespace) -> trio.SocketStream:
+    try:
+        with trio.fail_after(args.connect_timeout):
+            transport = await trio.open_tcp_stream(args.host, args.port)
+    except (OSError, trio.TooSlowError) as exc:
+        reason = getattr(exc, "strerror", None) or str(exc) or "timed out"
+        raise CommandError(f"cannot connect to {args.host}:{args.port}: {reason}") from None
+    if args.negotiate:
+        try:
+            with trio.fail_after(args.connect_timeout):
+                await select_protocol(transport, [PROTOCOL_ID])
+        except (NegotiationError, trio.TooSlowError, trio.BrokenResourceError) as exc:
+            await trio.aclose_forcefully(transport)
+            reason = str(exc) or f"no answer within {args.connect_timeout:g} s (does the peer negotiate?)"
+            raise CommandError(f"cannot negotiate {PROTOCOL_ID}: {reason}") from None
+    return transport
+
+
+async def _one_stream(muxer: Muxer, payload: Payload, verify: bool, report: Report) -> None:
+    check = EchoCheck(payload) if verify else None
+    failed = False
+    try:
+        stream = await muxer.open_stream(f"dial-{payload.index}")
+        async with stream, trio.open_nursery() as nursery:
+            nursery.start_soon(_send, stream, payload, report)
+            while data := await stream.receive_some():
+                report.bytes_received += len(data)
+                if check is not None:
+                    check.feed(data)
+    except* trio.BrokenResourceError as group:
+        report.errors.append(f"stream {payload.index}: {group.exceptions[0]}")
+        failed = True
+    if not failed and check is not None and not check.verified:
+        report.mismatches += 1
+
+
+async def _send(stream: MplexStream, payload: Payload, report: Report) -> None:
+    for chunk in payload.chunks():
+        await stream.send_all(chunk)
+        report.bytes_sent += len(chunk)
+    await stream.send_eof()

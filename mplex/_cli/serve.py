@@ -1,0 +1,58 @@
+"""``mplex serve``: echo, discard or source on every inbound stream."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+from functools import partial
+
+import trio
+
+from .._serve import serve_listeners
+from .._stream import MplexStream
+from .errors import CommandError
+
+__all__ = ["serve_command"]
+
+
+def serve_command(args: argparse.Namespace) -> int:
+    """Serve until Ctrl-C or SIGTERM; 1 if the port cannot be had."""
+    trio.run(_serve, args)
+    return 0
+
+
+async def _serve(args: argparse.Namespace) -> None:
+    try:
+        listeners = await trio.open_tcp_listeners(args.port, host=args.host)
+    except OSError as exc:
+        raise CommandError(f"cannot listen on {args.host}:{args.port}: {exc.strerror}") from None
+    host, port = listeners[0].socket.getsockname()[:2]
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async with trio.open_nursery() as nursery:
+            handler = partial(_handle_stream, mode=args.mode, size=args.size)
+            nursery.start_soon(partial(serve_listeners, handler, listeners, negotiate=args.negotiate))
+            print(f"mplex: serving {args.mode} on {host}:{port}", flush=True)
+            async for _ in signals:  # Ctrl-C or SIGTERM: stop serving, exit cleanly
+                nursery.cancel_scope.cancel()
+                break
+
+
+async def _handle_stream(stream: MplexStream, mode: str, size: int) -> None:
+    async with stream:
+        if mode == "echo":
+            while data := await stream.receive_some():
+                await stream.send_all(data)
+        elif mode == "discard":
+            await _drain(stream)
+        else:  # source: send `size` bytes (reading and dropping what arrives), then close
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(_drain, stream)
+                chunk = bytes(range(256)) * 256
+                for start in range(0, size, len(chunk)):
+                    await stream.send_all(chunk[: min(len(chunk), size - start)])
+                await stream.send_eof()
+
+
+async def _drain(stream: MplexStream) -> None:
+    while await stream.receive_some():
+        pass
