@@ -74,6 +74,14 @@ class MplexStream(SendSide, trio.abc.HalfCloseableStream):
     them yourself.
     """
 
+    # Slots with docstrings, so that help() and the API reference list what a stream is.
+    __slots__ = {
+        "id": "The stream number (unique per opener, not per connection).",
+        "is_initiator": "True if this side opened the stream.",
+        "key": "Unique within the connection (each side numbers its own streams): ``id << 1 | is_initiator``",
+        "name_bytes": "The raw name from the NewStream frame (at most ``Config.max_stream_name_size``).",
+    }
+
     def __init__(
         self,
         streams: Streams,
@@ -92,14 +100,9 @@ class MplexStream(SendSide, trio.abc.HalfCloseableStream):
         )
         self._streams = streams
         self._reader = reader
-        #: The stream number (unique per opener, not per connection).
         self.id = stream_id
-        #: The raw name from the NewStream frame (at most ``Config.max_stream_name_size``).
         self.name_bytes = name
-        #: True if this side opened the stream.
         self.is_initiator = is_initiator
-        #: Unique within the connection (each side numbers its own streams):
-        #: ``id << 1 | is_initiator``.
         self.key = stream_id << 1 | is_initiator
         self._state = StreamState.OPEN
         # What the program may do in each direction (see _state.Direction).
