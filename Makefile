@@ -8,7 +8,6 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 # The oldest trio we support, tested on by `make test` (see pyproject.toml).
 TRIO_MIN := 0.27.0
-MIN_VENV := .venv-trio-min
 
 # The js peers (tests/interop/peer.mjs and the benchmark's benchmarks/js/peer.mjs) share
 # one pinned npm install.
@@ -23,19 +22,19 @@ SUITE_DIR := .cache/pylibp2p
 SUITE_STAMP := $(SUITE_DIR)/.installed
 export MPLEX_BENCH_PYLIBP2P_PYTHON := $(abspath $(BENCH_VENV))/bin/python
 
-.PHONY: test test-full test-min test-libp2p lint bench bench-quick clean
+.PHONY: test test-full test-pythons test-libp2p lint docs bench bench-quick clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
 $(STAMP): pyproject.toml constraints.txt | $(BIN)/python
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -c constraints.txt -e '.[test,cli]'
+	$(BIN)/python -m pip install -q -c constraints.txt -e '.[test,cli,docs]'
 	touch $@
 
 lint: $(STAMP)
-	$(BIN)/ruff check mplex tests benchmarks examples fuzz
-	$(BIN)/mypy --strict mplex
+	$(BIN)/ruff check mplex tests benchmarks examples fuzz tools docs
+	$(BIN)/mypy --strict mplex tools
 
 # The js peer is pinned by package-lock.json; npm ci installs exactly that.
 $(JS_STAMP): $(JS_DIR)/package.json $(JS_DIR)/package-lock.json
@@ -50,10 +49,10 @@ $(BENCH_STAMP): pyproject.toml constraints.txt
 	$(BENCH_VENV)/bin/python -m pip install -q -c constraints.txt -e '.[libp2p]' pytest pytest-trio trustme
 	touch $@
 
-test: lint $(STAMP) $(JS_STAMP) $(BENCH_STAMP)
+test: lint docs $(STAMP) $(JS_STAMP) $(BENCH_STAMP)
 	$(BIN)/python -m pytest
 	$(MAKE) test-libp2p
-	$(MAKE) test-min
+	$(MAKE) test-pythons
 
 # mplex.libp2p inside py-libp2p hosts: needs py-libp2p, so it runs in its venv (where a
 # missing py-libp2p, node or npm install fails the run).
@@ -75,17 +74,16 @@ test-full: lint $(STAMP) $(JS_STAMP) $(BENCH_STAMP)
 	MPLEX_FULL=1 $(BIN)/python -m pytest
 	MPLEX_FULL=1 $(MAKE) test-libp2p
 
-# The suite once more on the oldest supported trio.  The benchmark-harness test is
-# left out here: it checks the harness and its peers, not trio compatibility, and the
-# main run above has already run it.
-test-min: $(MIN_VENV)/.installed
-	$(MIN_VENV)/bin/python -m pytest -q -p no:cacheprovider --ignore=tests/test_benchmarks.py
+# The library's tests (those that need no node, py-libp2p or package index) on every
+# other supported CPython found here (python3.X on PATH, or pyenv's), the first of them
+# on the oldest supported trio; a missing version fails the run under CI=true.  Ends by
+# saying which interpreters ran what.
+test-pythons: $(STAMP)
+	$(BIN)/python tools/pythons.py --trio-min $(TRIO_MIN) --main-venv $(VENV)
 
-$(MIN_VENV)/.installed: pyproject.toml constraints.txt
-	$(PYTHON) -m venv $(MIN_VENV)
-	$(MIN_VENV)/bin/python -m pip install -q --upgrade pip
-	$(MIN_VENV)/bin/python -m pip install -q -c constraints.txt -e '.[test]' 'trio==$(TRIO_MIN)'
-	touch $@
+# The documentation site, warnings as errors, into docs/_build/html.
+docs: $(STAMP)
+	$(BIN)/sphinx-build -q -W --keep-going -b html docs docs/_build/html
 
 bench: $(STAMP) $(JS_STAMP) $(BENCH_STAMP)
 	$(BIN)/python -m benchmarks --write-results --require-baselines
@@ -94,4 +92,4 @@ bench-quick: $(STAMP) $(JS_STAMP) $(BENCH_STAMP)
 	$(BIN)/python -m benchmarks --quick --require-baselines
 
 clean:
-	rm -rf $(VENV) $(MIN_VENV) $(BENCH_VENV) $(JS_DIR)/node_modules .cache .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .venv-py3.* $(BENCH_VENV) $(JS_DIR)/node_modules .cache .pytest_cache .mypy_cache .ruff_cache docs/_build

@@ -12,6 +12,11 @@ import pathlib
 import subprocess
 import sys
 
+import pytest
+
+# Needs node, the npm install and py-libp2p's venv: see the README.
+pytestmark = pytest.mark.external
+
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 

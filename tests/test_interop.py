@@ -23,6 +23,9 @@ import mplex
 from tests.helpers import read_all
 from tests.peers import PEERS, ROLES, TIMEOUT, Session, connect, pattern, read_exactly, read_to_end
 
+# Needs node, the npm install and py-libp2p's venv: see the README.
+pytestmark = pytest.mark.external
+
 MiB = 1 << 20
 #: Largest echo per stream that we open (the peer echoes as it reads).
 LARGEST = 4 * MiB

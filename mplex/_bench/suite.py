@@ -29,7 +29,9 @@ from mplex._bench.report import Commentary, results_markdown, targets_text
 #: The source checkout's benchmarks/ folder (js and py-libp2p baselines, RESULTS.md),
 #: when this package runs from a checkout; absent in an installed wheel.
 CHECKOUT = Path(__file__).resolve().parents[2] / "benchmarks"
-RESULTS_DIR = CHECKOUT / "results" if CHECKOUT.is_dir() else Path.cwd()
+#: Where a run's JSON goes unless --json says: the checkout's results folder.  An
+#: installed package saves nothing unasked (`mplex bench --json` prints the results).
+RESULTS_DIR = CHECKOUT / "results" if CHECKOUT.is_dir() else None
 MB = 1_000_000
 MIB = 1 << 20
 
@@ -624,7 +626,9 @@ def main(argv: list[str] | None = None, commentary: Commentary | None = None) ->
     for note in notes:
         print(note)
     print(f"\n{runs} run(s) per implementation, medians; {time.monotonic() - started:.0f} s in all.")
-    saved = args.json or RESULTS_DIR / ("quick.json" if args.quick else "latest.json")
+    saved = args.json or (RESULTS_DIR and RESULTS_DIR / ("quick.json" if args.quick else "latest.json"))
+    if saved is None:
+        return 0
     saved.parent.mkdir(parents=True, exist_ok=True)
     saved.write_text(
         json.dumps(

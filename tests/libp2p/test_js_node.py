@@ -11,12 +11,12 @@ from typing import Any
 import multiaddr
 import pytest
 import trio
+from libp2p.abc import INotifee
 from libp2p.host.ping import PingService
 from libp2p.identity.identify.identify import ID as IDENTIFY
 from libp2p.identity.identify.pb.identify_pb2 import Identify
 from libp2p.identity.update import update_peerstore_from_identify
 from libp2p.peer.id import ID
-from libp2p.abc import INotifee
 from libp2p.peer.peerinfo import info_from_p2p_addr
 from libp2p.utils.varint import read_length_prefixed_protobuf
 
