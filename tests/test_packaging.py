@@ -62,7 +62,35 @@ def test_wheel_and_sdist_build_and_the_wheel_installs_and_runs(tmp_path: pathlib
     )
     assert version.stdout.split() == [_version(), "/mplex/6.7.0"]
     _every_readme_command_works(env_dir / "bin" / "mplex", tmp_path)
+    _the_sdist_installs_and_runs(next(dist.glob("trio_mplex-*.tar.gz")), tmp_path)
     _the_sdist_tests_collect_and_run(next(dist.glob("trio_mplex-*.tar.gz")), tmp_path)
+
+
+def _the_sdist_installs_and_runs(sdist: pathlib.Path, tmp_path: pathlib.Path) -> None:
+    """pip builds the sdist into a fresh venv, and the command it installs runs."""
+    env_dir = tmp_path / "sdist-venv"
+    venv.create(env_dir, with_pip=True)
+    install = [env_dir / "bin" / "python", "-m", "pip", "install", "-q", str(sdist)]
+    subprocess.run(install, check=True, timeout=600, env=CLEAN_ENV)
+    done = subprocess.run(
+        [env_dir / "bin" / "mplex", "--version"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=CLEAN_ENV,
+        check=True,
+    )
+    assert done.stdout.split() == ["mplex", _version(), "(/mplex/6.7.0)"]
+    decode = subprocess.run(
+        [env_dir / "bin" / "mplex", "decode", "--hex"],
+        input="00 01 30",
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=CLEAN_ENV,
+        check=False,
+    )
+    assert (decode.returncode, decode.stdout.splitlines()[0]) == (0, "1 frames in 3 bytes")
 
 
 def _every_readme_command_works(mplex: pathlib.Path, cwd: pathlib.Path) -> None:
