@@ -26,12 +26,12 @@ if TYPE_CHECKING:
     from ._codec import MAX_MESSAGE_SIZE as MAX_MESSAGE_SIZE
     from ._codec import MAX_STREAM_ID as MAX_STREAM_ID
     from ._codec import PROTOCOL_ID as PROTOCOL_ID
-    from ._codec import Decoder as Decoder
     from ._codec import Encoder as Encoder
     from ._codec import Flag as Flag
     from ._codec import Frame as Frame
     from ._config import Config as Config
     from ._config import SlowReaderPolicy as SlowReaderPolicy
+    from ._decoder import Decoder as Decoder
     from ._errors import ConnectionLost as ConnectionLost
     from ._errors import EndReason as EndReason
     from ._errors import MuxerClosed as MuxerClosed
@@ -67,7 +67,7 @@ _HOMES = {
     "MAX_MESSAGE_SIZE": "._codec",
     "MAX_STREAM_ID": "._codec",
     "PROTOCOL_ID": "._codec",
-    "Decoder": "._codec",
+    "Decoder": "._decoder",
     "Encoder": "._codec",
     "Flag": "._codec",
     "Frame": "._codec",

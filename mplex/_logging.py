@@ -13,7 +13,8 @@ from typing import Any
 
 import trio
 
-from ._codec import MAX_MESSAGE_SIZE, Decoder, Flag, RawFrame
+from ._codec import MAX_MESSAGE_SIZE, Flag
+from ._decoder import Decoder, RawFrame
 
 __all__ = ["ConnectionLog", "connection_label", "describe", "logger"]
 

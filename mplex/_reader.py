@@ -22,9 +22,9 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from ._codec import Decoder, RawFrame
 from ._config import Config
 from ._core import ConnectionCore, key_of
+from ._decoder import Decoder, RawFrame
 from ._errors import ConnectionLost, EndReason, MuxerClosed
 from ._exceptions import ProtocolError
 from ._logging import ConnectionLog, logger

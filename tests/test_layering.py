@@ -8,6 +8,7 @@ import sys
 SANS_IO = [
     "mplex._varint",
     "mplex._codec",
+    "mplex._decoder",
     "mplex._config",
     "mplex._state",
     "mplex._exceptions",

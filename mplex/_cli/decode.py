@@ -6,7 +6,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from .._codec import PROTOCOL_ID, Decoder, Frame
+from .._codec import PROTOCOL_ID, Frame
+from .._decoder import Decoder
 from .._exceptions import ProtocolError
 from .._multistream import NegotiationError, leading_handshake
 from .._varint import encode_uvarint
