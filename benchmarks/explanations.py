@@ -83,7 +83,8 @@ EXPLANATIONS: dict[str, str] = {
         "send_all 11.8 us a write). A throwaway prototype measured 1.1x here on a quieter "
         "day; this run is the first of this case, on a machine running about 2x slower than "
         "on 2026-11-30 (a 10-million-step Python loop took 0.93-1.02 s against 0.4-0.5 s), "
-        "and node's share of such a slowdown differs from CPython's."
+        "and node's share of such a slowdown differs from CPython's. The full runs of "
+        "2026-12-01 and 2026-12-02 gave 1.02x and 0.89x."
     ),
     "host latency p50 vs a js-libp2p node pair": (
         "A round trip between py-libp2p hosts costs each side about 8 scheduler passes "
@@ -107,7 +108,9 @@ EXPLANATIONS: dict[str, str] = {
         "busy for nearly the whole round trip (client CPU 142, 127 and 217 us), so the "
         "ratio is set by CPU per message on both sides, which this machine varies from "
         "run to run: the two full `make bench` runs of 2026-12-01 gave 1.39x and 1.23x, "
-        "and runs on 2026-11-30 1.13-1.17x."
+        "the run of 2026-12-02 1.36x, and runs on 2026-11-30 1.13-1.17x. In the A/B of "
+        "2026-12-02 (see TLS bulk 1 MiB) mplex's p50 was 135 and 158 us with the code of "
+        "13fbed3, 149 and 133 us with this run's, raw 102-106 us."
     ),
     "TLS latency p50 vs raw trio SSLStream": (
         "`python -m benchmarks.probe_round_trip --tls` (2026-12-01): a raw SSLStream 288 us "
@@ -136,15 +139,24 @@ EXPLANATIONS: dict[str, str] = {
         "As for 64 KiB sends: the receiver is the limit and pays the muxer's per-record "
         "work on top of SSLStream's (`python -m benchmarks.probe_tls_receive`). 1 MiB "
         "sends are split into 64 KiB frames (Config.max_send_frame_size), so the "
-        "receiving side sees the same frames either way."
+        "receiving side sees the same frames either way. The ratio moves with the raw "
+        "baseline: 0.91x and 0.63x in the full runs of 2026-12-01 and 2026-12-02."
+        " An A/B of 2026-12-02 (`python -m benchmarks \"TLS 32B\" \"TLS bulk 1 MiB\" "
+        "latency`, the code of 13fbed3 and of this run in turns, two rounds each) measured "
+        "mplex the same in both: "
+        "1.280 and 1.215 s before, 1.319 and 1.216 s after, while "
+        "the raw SSLStream baseline took 0.825-1.057 s (0.64x-0.87x)."
     ),
     "TLS 32 B send_nowait time vs the same over bare TCP": (
         "Over TLS the reader gets the stream one TLS record (at most 16 KiB, about 480 "
         "frames of 32 B) per read, where over bare TCP a read brings up to 256 KiB, so "
         "the per-read cost recurs about 16 times as often. The two full runs of "
         "2026-12-01 gave 1.00x and 1.37x, and a run of `python -m benchmarks --runs 3 "
-        "'TLS 32B'` the same evening 1.06x: this ratio is within the machine's noise of "
-        "the limit."
+        "'TLS 32B'` the same evening 1.06x, the full run of 2026-12-02 1.48x: this ratio "
+        "is within the machine's noise of the limit. In the A/B of 2026-12-02 (see TLS "
+        "bulk 1 MiB) mplex over TLS took 2.095 and 1.853 s with the code of 13fbed3 and "
+        "2.156 and 1.956 s with this run's, while its bare-TCP baseline took 1.39-1.87 s "
+        "(0.64x-1.01x)."
     ),
 }
 
