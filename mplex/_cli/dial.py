@@ -124,14 +124,12 @@ def dial_command(args: argparse.Namespace) -> int:
 async def _dial(args: argparse.Namespace) -> Report:
     report = Report(streams=args.streams, verified=args.verify)
     block = random.Random(args.seed).randbytes(CHUNK)
-    ended = None
     start = time.perf_counter()
     with trio.move_on_after(args.timeout) as overall:
         transport = await _connect(args)
         async with open_muxer(transport) as muxer, trio.open_nursery() as nursery:
             for index in range(args.streams):
                 nursery.start_soon(_one_stream, muxer, Payload(block, index, args.size), args.verify, report)
-        ended = muxer.end_error
     report.seconds = time.perf_counter() - start
     moved = report.bytes_sent + report.bytes_received
     report.mb_per_s_both_directions = moved / report.seconds / 1e6 if report.seconds else 0.0
@@ -144,7 +142,8 @@ async def _dial(args: argparse.Namespace) -> Report:
         report.failure = (
             f"{len(report.errors)} of {args.streams} streams failed; the first: {report.errors[0]}"
         )
-        if ended is not None and report.bytes_received == 0 and not args.negotiate:
+        # Nothing at all came back: a peer that wants multistream-select first hangs up.
+        if report.bytes_received == 0 and not args.negotiate:
             report.failure += f" ({_NEGOTIATE_HINT})"
     elif report.mismatches:
         report.failure = (
