@@ -23,6 +23,8 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 
 from ._conn import MplexMuxedConn as MplexMuxedConn
 from ._conn import muxer_options as muxer_options
+from ._stream import QUEUE_AT_ONCE as QUEUE_AT_ONCE
+from ._stream import YIELD_EVERY as YIELD_EVERY
 from ._stream import MplexMuxedStream as MplexMuxedStream
 from ._stream import StreamResetWhileWriting as StreamResetWhileWriting
 from ._transport import MAX_SECURE_MESSAGE as MAX_SECURE_MESSAGE
@@ -30,6 +32,8 @@ from ._transport import SecuredConnectionStream as SecuredConnectionStream
 
 __all__ = [
     "MAX_SECURE_MESSAGE",
+    "QUEUE_AT_ONCE",
+    "YIELD_EVERY",
     "MplexMuxedConn",
     "MplexMuxedStream",
     "SecuredConnectionStream",

@@ -15,9 +15,20 @@ import mplex
 if TYPE_CHECKING:
     from ._conn import MplexMuxedConn
 
-__all__ = ["MplexMuxedStream", "StreamResetWhileWriting"]
+__all__ = ["QUEUE_AT_ONCE", "YIELD_EVERY", "MplexMuxedStream", "StreamResetWhileWriting"]
 
 T = TypeVar("T")
+
+#: A write of up to this many bytes is queued at once when the connection's send buffer
+#: has room; a longer one goes through ``send_all`` (which waits for room as it goes, so
+#: one write cannot queue megabytes past ``Config.send_high_water``).
+QUEUE_AT_ONCE = 64 * 1024
+#: A stream's writes that queued at once yield to the scheduler at least every this many
+#: writes, so a loop of writes that never has to wait cannot starve other tasks.
+YIELD_EVERY = 16
+
+_checkpoint_if_cancelled = trio.lowlevel.checkpoint_if_cancelled
+_yield = trio.lowlevel.cancel_shielded_checkpoint
 
 
 class StreamResetWhileWriting(MplexStreamClosed, MplexStreamReset):
@@ -57,8 +68,13 @@ class MplexMuxedStream(IMuxedStream):
       ``MuxedStreamEOF``); a reset, or the connection's end, ``MplexStreamReset``.
       Data that arrived before a reset is read first.
     * ``write`` never waits for a read: the stream is full duplex.  Concurrent
-      writers take turns.  After our ``close()`` it raises ``MplexStreamClosed``;
-      after the peer's reset ``StreamResetWhileWriting``.
+      writers take turns.  Every write is a cancel point; a short one (up to
+      `QUEUE_AT_ONCE` bytes) that finds room in the send buffer is queued without a
+      scheduling pass of its own, yielding only every `YIELD_EVERY` writes: py-libp2p's
+      ``NetStream`` takes a ``trio.Lock`` around each write, which is a scheduling
+      pass already, and a second one per write would double its cost.  After our
+      ``close()`` it raises ``MplexStreamClosed``; after the peer's reset
+      ``StreamResetWhileWriting``.
     * ``close()`` is a half-close (we send no more, the peer may); ``reset()`` ends
       both directions.  ``set_deadline`` bounds each later read and write
       (``TimeoutError``).
@@ -73,6 +89,7 @@ class MplexMuxedStream(IMuxedStream):
         self.write_deadline: float | None = None
         self._reading = _TurnLock()
         self._writing = _TurnLock()
+        self._writes_without_yield = 0
 
     @property
     def is_initiator(self) -> bool:
@@ -128,6 +145,19 @@ class MplexMuxedStream(IMuxedStream):
         turn = self._writing
         await turn.take()
         try:
+            if len(data) <= QUEUE_AT_ONCE:
+                await _checkpoint_if_cancelled()  # cancelled: nothing queued
+                try:
+                    self.stream.send_nowait(data)
+                except trio.WouldBlock:
+                    pass  # the send buffer is full: send_all waits for room
+                else:
+                    self._writes_without_yield += 1
+                    if self._writes_without_yield >= YIELD_EVERY:
+                        self._writes_without_yield = 0
+                        await _yield()
+                    return
+            self._writes_without_yield = 0
             await self.stream.send_all(data)
         except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
             raise _write_error(exc) from exc

@@ -266,6 +266,57 @@ class TestTheStream:
             data = await accepted.read()
             assert data in (b"a" * size + b"b" * size, b"b" * size + b"a" * size)
 
+    async def test_a_cancelled_write_queues_nothing(self) -> None:
+        async with connected() as (a, b, _):
+            out = await a.open_stream()
+            with trio.CancelScope() as scope:
+                scope.cancel()
+                await out.write(b"lost")
+            await out.write(b"kept")
+            await out.close()
+            accepted = await b.accept_stream()
+            assert await accepted.read() == b"kept"
+
+    async def test_a_loop_of_short_writes_lets_other_tasks_run(self) -> None:
+        async with connected() as (a, b, _):
+            out = await a.open_stream()
+            ran = trio.Event()
+
+            async def other_task() -> None:
+                ran.set()
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(other_task)
+                # trio may run the writer first in the pass after its first yield, so
+                # the other task is sure to have run only after a second yield.
+                for _ in range(2 * mplex.libp2p.YIELD_EVERY):
+                    await out.write(b"x" * 32)
+                assert ran.is_set()
+            await out.close()
+            accepted = await b.accept_stream()
+            assert await accepted.read() == b"x" * 32 * 2 * mplex.libp2p.YIELD_EVERY
+
+    async def test_long_writes_queue_no_more_than_the_high_water_mark(self) -> None:
+        dialer, _, pipe, _ = secure_session_pair()
+        config = mplex.Config(send_high_water=100_000, close_timeout=1)
+        conn = MplexMuxedConn.configured(config)(dialer, dialer.remote_peer)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(conn.start)
+            await conn.event_started.wait()
+            stream = await conn.open_stream()
+            pipe.stalled = True  # nothing the muxer writes from now on completes
+            stream.set_write_deadline(1)
+            with trio.fail_after(5), pytest.raises(TimeoutError):
+                await stream.write(b"x" * 4_000_000)
+            queued = conn.muxer.stats.queued_bytes
+            assert queued <= config.send_high_water + config.max_send_frame_size + 64
+            with trio.fail_after(5), pytest.raises(TimeoutError):
+                for _ in range(1000):
+                    await stream.write(b"y" * mplex.libp2p.QUEUE_AT_ONCE)
+            queued = conn.muxer.stats.queued_bytes
+            assert queued <= config.send_high_water + mplex.libp2p.QUEUE_AT_ONCE + 64
+            await conn.close()
+
     async def test_the_end_of_the_stream_raises_eof_and_read_none_reads_to_it(self) -> None:
         async with connected() as (a, b, _):
             out = await a.open_stream()
