@@ -77,25 +77,24 @@ EXPLANATIONS: dict[str, str] = {
         "whole stream to cost less than one send and one receive on an open connection."
     ),
     "host 32 B writes vs a js-libp2p node pair (throughput)": (
-        "About half of each write through a py-libp2p host is py-libp2p's NetStream, which "
+        "Most of each write through a py-libp2p host is py-libp2p's NetStream, which "
         "takes a trio.Lock (a scheduler pass) on every write: see 'py-libp2p hosts: where "
-        "the time goes' below (NetStream.write 30.4 us, our adapter 15.2 us, the muxer's "
-        "send_all 11.8 us a write). A throwaway prototype measured 1.1x here on a quieter "
-        "day; this run is the first of this case, on a machine running about 2x slower than "
-        "on 2026-11-30 (a 10-million-step Python loop took 0.93-1.02 s against 0.4-0.5 s), "
-        "and node's share of such a slowdown differs from CPython's. The full runs of "
-        "2026-12-01 and 2026-12-02 gave 1.02x and 0.89x."
+        "the time goes' below. Since 2026-12-02 the adapter adds no pass of its own "
+        "(`python -m benchmarks \"host 32B\"` that day: ours 7.13 s, the js node pair "
+        "11.63 s, 1.63x); the full runs before that change gave 1.02x (2026-12-01) and "
+        "0.89x (2026-12-02). The js pair's own time moves a lot between runs here "
+        "(8.1-11.6 s)."
     ),
     "host latency p50 vs a js-libp2p node pair": (
         "A round trip between py-libp2p hosts costs each side about 8 scheduler passes "
-        "(`.venv-bench/bin/python -m benchmarks.probe_host_passes`: 11.3 task steps and 8.2 "
-        "I/O waits per round trip on each side): NetStream's lock on write and on read, "
-        "send_all's checkpoint, the writer's write, and py-libp2p's noise reader, which "
+        "(`.venv-bench/bin/python -m benchmarks.probe_host_passes`, 2026-12-02: 10.4 task "
+        "steps and 8.2 I/O waits per round trip on each side): NetStream's lock on write "
+        "and on read, the writer's write, and py-libp2p's noise reader, which "
         "reads each message's 2-byte length and its body with two reads of its TCP "
         "stream (libp2p.io.trio.TrioTCPStream), each behind a trio.Lock of its own: the "
-        "reader task takes 4 steps per round trip. Only send_all's checkpoint and the "
-        "writer's pass are the muxer's; the target against py-libp2p's own mplex, in "
-        "the same run, shows the muxer's share."
+        "reader task takes 4 steps per round trip. Only the writer's pass is the "
+        "muxer's; the target against py-libp2p's own mplex, in the same run, shows the "
+        "muxer's share."
     ),
     "latency p50 vs raw TCP": (
         "Over TCP the receiving task reads the socket itself and a lone reply is written "
@@ -166,18 +165,23 @@ HOST_NOTE = """## py-libp2p hosts: where the time goes
 
 `.venv-bench/bin/python -m benchmarks.probe_host_writes` times 32,768 writes of 32 B on
 one stream between two py-libp2p hosts with our mplex (TCP + noise, one process, so
-each figure includes the receiver's work), through three layers. On 2026-12-01:
-`NetStream.write` 30.4 us a write, our `MplexMuxedStream.write` 15.2 us, the muxer's
-own `MplexStream.send_all` 11.8 us; 74-192 writes left in each noise message.
+each figure includes the receiver's work), through three layers. On 2026-12-02, two
+runs: `NetStream.write` 23.5 and 25.5 us a write, our `MplexMuxedStream.write` 4.4 us,
+the muxer's own `MplexStream.send_all` 18.5 and 16.1 us; 92-546 writes left in each
+noise message.
 
-- About half of a write through a host is py-libp2p's `NetStream`: it holds a
-  `trio.Lock` around its state check on every `read` and `write`, and acquiring a
-  `trio.Lock` is a checkpoint, a whole scheduler pass, even when nobody holds it.
+- Most of a write through a host is py-libp2p's `NetStream`: it holds a `trio.Lock`
+  around its state check on every `read` and `write`, and acquiring a `trio.Lock` is a
+  checkpoint, a whole scheduler pass, even when nobody holds it.
+- So the adapter adds no pass of its own: a short write that finds room in the send
+  buffer is queued after a cancel check (`send_nowait`), yielding once every 16 writes
+  (`mplex.libp2p.YIELD_EVERY`) for callers that go around `NetStream`. Before this
+  change (2026-12-02, 100,000 writes) the adapter's write went through `send_all` and
+  cost 18.3 us, `NetStream.write` 33.7 us; after it 5.1 and 27.6 us.
 - py-libp2p's TCP stream (`libp2p.io.trio.TrioTCPStream`) also takes a `trio.Lock` on
   every read and write, and its noise layer reads each message with two reads (length,
   then body): `python -m benchmarks.probe_host_passes` counts 4 steps of our reader
-  task per 32 B round trip.
-- The adapter adds about 3 us (its turn lock does not yield when free).
+  task per 32 B round trip (10.4 task steps a round trip on each side, 8.2 I/O waits).
 - Noise costs little per write: the muxer gathers frames, so a noise message carries
   dozens to hundreds of writes.
 
