@@ -41,8 +41,10 @@ class StreamResetWhileWriting(MplexStreamClosed, MplexStreamReset):
 
 
 class _TurnLock:
-    """Tasks take turns; taking a free turn does not yield (the operation it guards
-    is a checkpoint already), so one writer pays nothing for it."""
+    """Tasks take turns, first come first served; taking a free turn does not yield
+    (the operation it guards is a checkpoint already), so one writer pays nothing for
+    it.  A turn given back while others wait passes straight to the longest waiting,
+    so a task that takes turn after turn without waiting cannot shut the others out."""
 
     def __init__(self) -> None:
         self._held = False
@@ -50,14 +52,16 @@ class _TurnLock:
 
     async def take(self) -> None:
         """Wait for the turn (at once if nobody holds it); ``give_back()`` after."""
-        while self._held:
-            await self._lot.park()
-        self._held = True
+        if self._held:
+            await self._lot.park()  # woken by give_back(), which passed the turn to us
+        else:
+            self._held = True
 
     def give_back(self) -> None:
-        self._held = False
         if self._lot:
-            self._lot.unpark()
+            self._lot.unpark()  # the turn stays held: it is the woken task's now
+        else:
+            self._held = False
 
 
 class MplexMuxedStream(IMuxedStream):

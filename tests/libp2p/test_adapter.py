@@ -317,6 +317,25 @@ class TestTheStream:
             assert queued <= config.send_high_water + mplex.libp2p.QUEUE_AT_ONCE + 64
             await conn.close()
 
+    async def test_a_writer_that_never_waits_cannot_shut_another_out(self) -> None:
+        async with connected() as (a, b, _):
+            out = await a.open_stream()
+            writes = 3 * mplex.libp2p.YIELD_EVERY
+
+            async def writer(byte: bytes) -> None:
+                for _ in range(writes):
+                    await out.write(byte)
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(writer, b"a")
+                nursery.start_soon(writer, b"b")
+            await out.close()
+            accepted = await b.accept_stream()
+            data = await accepted.read()
+            assert sorted(data) == sorted(b"ab" * writes)
+            # Neither finished all its writes before the other began: they took turns.
+            assert data not in (b"a" * writes + b"b" * writes, b"b" * writes + b"a" * writes)
+
     async def test_the_end_of_the_stream_raises_eof_and_read_none_reads_to_it(self) -> None:
         async with connected() as (a, b, _):
             out = await a.open_stream()
