@@ -173,8 +173,10 @@ noise message.
 - Most of a write through a host is py-libp2p's `NetStream`: it holds a `trio.Lock`
   around its state check on every `read` and `write`, and acquiring a `trio.Lock` is a
   checkpoint, a whole scheduler pass, even when nobody holds it.
-- So the adapter adds no pass of its own: a short write that finds room in the send
-  buffer is queued after a cancel check (`send_nowait`), yielding once every 16 writes
+- So the adapter adds no pass of its own to a burst of writes: after a stream's first
+  write, or the first after a read (sent at once with `send_all`, as a request or
+  reply should be), a short write that finds room in the send buffer is queued after
+  a cancel check (`send_nowait`), yielding once every 16 writes
   (`mplex.libp2p.YIELD_EVERY`) for callers that go around `NetStream`. Before this
   change (2026-12-02, 100,000 writes) the adapter's write went through `send_all` and
   cost 18.3 us, `NetStream.write` 33.7 us; after it 5.1 and 27.6 us.

@@ -72,11 +72,13 @@ class MplexMuxedStream(IMuxedStream):
       ``MuxedStreamEOF``); a reset, or the connection's end, ``MplexStreamReset``.
       Data that arrived before a reset is read first.
     * ``write`` never waits for a read: the stream is full duplex.  Concurrent
-      writers take turns.  Every write is a cancel point; a short one (up to
-      `QUEUE_AT_ONCE` bytes) that finds room in the send buffer is queued without a
-      scheduling pass of its own, yielding only every `YIELD_EVERY` writes: py-libp2p's
-      ``NetStream`` takes a ``trio.Lock`` around each write, which is a scheduling
-      pass already, and a second one per write would double its cost.  After our
+      writers take turns.  The first write, and the first after a read, goes out at
+      once (``send_all``: a request or a reply).  The writes that follow it are a
+      burst: each is a cancel point, and a short one (up to `QUEUE_AT_ONCE` bytes)
+      that finds room in the send buffer is queued without a scheduling pass of its
+      own, yielding only every `YIELD_EVERY` writes: py-libp2p's ``NetStream`` takes a
+      ``trio.Lock`` around each write, which is a scheduling pass already, and a
+      second one per write would double its cost.  After our
       ``close()`` it raises ``MplexStreamClosed``; after the peer's reset
       ``StreamResetWhileWriting``.
     * ``close()`` is a half-close (we send no more, the peer may); ``reset()`` ends
@@ -94,6 +96,10 @@ class MplexMuxedStream(IMuxedStream):
         self._reading = _TurnLock()
         self._writing = _TurnLock()
         self._writes_without_yield = 0
+        # False until the stream's first write, and again after each read: the next
+        # write is then a request or a reply, sent with send_all, which writes a lone
+        # message from the calling task at once; the writes that follow it are a burst.
+        self._writing_burst = False
 
     @property
     def is_initiator(self) -> bool:
@@ -124,6 +130,7 @@ class MplexMuxedStream(IMuxedStream):
             raise _read_error(exc) from exc
         finally:
             turn.give_back()
+            self._writing_burst = False
         if not data:
             raise MplexStreamEOF("the peer closed the stream")
         return data
@@ -149,7 +156,7 @@ class MplexMuxedStream(IMuxedStream):
         turn = self._writing
         await turn.take()
         try:
-            if len(data) <= QUEUE_AT_ONCE:
+            if self._writing_burst and len(data) <= QUEUE_AT_ONCE:
                 await _checkpoint_if_cancelled()  # cancelled: nothing queued
                 try:
                     self.stream.send_nowait(data)
@@ -163,6 +170,7 @@ class MplexMuxedStream(IMuxedStream):
                     return
             self._writes_without_yield = 0
             await self.stream.send_all(data)
+            self._writing_burst = True
         except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
             raise _write_error(exc) from exc
         finally:
