@@ -29,6 +29,21 @@ SESSION_PAIRS = pytest.mark.parametrize(
 )
 
 
+@contextlib.asynccontextmanager
+async def stalled_stream(config: mplex.Config) -> AsyncIterator[tuple[MplexMuxedConn, Any]]:
+    """A started connection and a stream of it whose writes never complete from now on
+    (a peer that stopped reading), with a 1 s write deadline."""
+    dialer, _, pipe, _ = secure_session_pair()
+    conn = MplexMuxedConn.configured(config)(dialer, dialer.remote_peer)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(conn.start)
+        await conn.event_started.wait()
+        stream = await conn.open_stream()
+        pipe.stalled = True
+        stream.set_write_deadline(1)
+        yield conn, stream
+
+
 class TestTheSecuredConnectionAsATrioStream:
     async def test_a_secure_session_is_read_a_message_at_a_time(self) -> None:
         session, _, _, peer = secure_session_pair()
@@ -203,15 +218,8 @@ class TestTheConnection:
     async def test_close_is_bounded_when_the_peer_stopped_reading(
         self, autojump_clock: trio.testing.MockClock
     ) -> None:
-        dialer, _, pipe, _ = secure_session_pair()
         config = mplex.Config(close_timeout=2)
-        conn = MplexMuxedConn.configured(config)(dialer, dialer.remote_peer)
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(conn.start)
-            await conn.event_started.wait()
-            stream = await conn.open_stream()
-            pipe.stalled = True  # from now on nothing the muxer writes completes
-            stream.set_write_deadline(1)
+        async with stalled_stream(config) as (conn, stream):
             with pytest.raises(TimeoutError):
                 while True:
                     await stream.write(b"x" * 65536)
@@ -299,15 +307,8 @@ class TestTheStream:
             assert await accepted.read() == b"x" * 32 * (2 * mplex.libp2p.YIELD_EVERY + 1)
 
     async def test_long_writes_queue_no_more_than_the_high_water_mark(self) -> None:
-        dialer, _, pipe, _ = secure_session_pair()
         config = mplex.Config(send_high_water=100_000, close_timeout=1)
-        conn = MplexMuxedConn.configured(config)(dialer, dialer.remote_peer)
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(conn.start)
-            await conn.event_started.wait()
-            stream = await conn.open_stream()
-            pipe.stalled = True  # nothing the muxer writes from now on completes
-            stream.set_write_deadline(1)
+        async with stalled_stream(config) as (conn, stream):
             with trio.fail_after(5), pytest.raises(TimeoutError):
                 await stream.write(b"x" * 4_000_000)
             queued = conn.muxer.stats.queued_bytes
