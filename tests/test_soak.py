@@ -17,14 +17,13 @@ import trio
 import mplex
 from mplex._bench.peer import current_rss
 from mplex._stream_path import READ_SIZE
-
-# A Message frame's header and length varints, at most (stream ids and lengths here fit
-# in far fewer than 10 bytes each).
-FRAME_PREFIX_MAX = 20
 from tests.helpers import muxer_pair, read_all, tcp_transport
 
 DURATION = 30.0 if os.environ.get("MPLEX_FULL") else 3.0
 STREAMS = 200
+# A Message frame's header and length varints, at most (stream ids and lengths here fit
+# in far fewer than 10 bytes each).
+FRAME_PREFIX_MAX = 20
 
 
 async def test_soak_delivers_every_byte_with_flat_memory() -> None:
