@@ -36,8 +36,12 @@ EXPLANATIONS: dict[str, str] = {
         "and 1.98x. An A/B in turns of 600,000 32 B send_all calls (`python -m "
         "mplex._bench.peer` server and client, from a checkout of the code before that "
         "day's work and from this one) gave 7.05 s, 5.23 s, 8.22 s before and 7.83 s, "
-        "5.52 s, 5.75 s after: no change beyond the noise. Use send_nowait for tiny "
-        "messages."
+        "5.52 s, 5.75 s after: no change beyond the noise. The full runs of 2026-12-02 "
+        "gave 2.22x and 2.33x. `python -m benchmarks.probe_send_all` (2026-12-02, "
+        "1,000,000 calls each, per call): a bare yield 3.29 us, send_nowait plus a yield "
+        "4.34 us, plus the cancel check (the least send_all's contract allows) 4.93 us, "
+        "send_all itself 5.27 us: send_all adds 0.34 us to that least. Use send_nowait "
+        "for tiny messages."
     ),
     "32 B send_all time vs send_nowait + bare checkpoints": (
         "The send_nowait time in this sum comes from a tight loop, where an append costs "
@@ -45,7 +49,8 @@ EXPLANATIONS: dict[str, str] = {
         "pass and with trio's idle detection, which runs on every pass while the writer "
         "gathers frames (0.41 us). `python -m benchmarks.probe_send_all` shows the parts "
         "in one process with a muxer running. Runs on 2026-11-30 gave 1.22x-1.27x; on "
-        "2026-12-01 the machine ran about 2x slower and this ratio moved with it."
+        "2026-12-01 the machine ran about 2x slower and this ratio moved with it; the "
+        "full runs of 2026-12-02 gave 1.28x and 1.36x."
     ),
     "bulk 1 MiB vs raw trio socket (throughput)": (
         "This ratio moves a lot from run to run on this machine (the raw socket's own "
@@ -119,7 +124,21 @@ EXPLANATIONS: dict[str, str] = {
         "muxer's Python per message on each side: framing and decoding, the stream's "
         "state, and the read turn, which a receiving task takes from the reader by "
         "cancelling the reader's wait (a cancel scope per read, and 1.3 reader steps a "
-        "round trip). The client task takes 4.0 steps a round trip in both."
+        "round trip). The client task takes 4.0 steps a round trip in both. Two "
+        "experiments on 2026-12-02 (not shipped), each against the shipped code in four "
+        "turns of `python -m benchmarks.probe_round_trip --tls` from a checkout of each: a "
+        "reader that, once the turn is returned, waits for 1 ms of idleness before it "
+        "takes it back cut the reader's steps from 1.8 to 0.3 a round trip and the "
+        "client's CPU by about 20 us, yet the round trip stayed at 205-240 us against "
+        "220-260 us, because the client then waited longer for the reply (blocked 77-82 "
+        "us against 42-60): on this VM a process that blocks sooner pays the virtual "
+        "CPU's wake-up when the reply arrives, and the reader's idle pass had kept it "
+        "awake for those microseconds. A reader that kept polling the transport for "
+        "60 us before parking confirmed it: 151-180 us against 192-225 us, with the CPU "
+        "spent on polling. Spinning is not shipped (it burns CPU on every wait, and the "
+        "raw baseline does not spin); the rest of the gap is mplex's Python per message "
+        "on the critical path, about 20 us a side: the shielded write's cancel scope, "
+        "the borrower's cancel scope, decoding and dispatch."
     ),
     "TLS bulk 64 KiB vs raw trio SSLStream (throughput)": (
         "The receiver is the limit: `python -m benchmarks.probe_tls_receive` (384 MiB in "
@@ -132,7 +151,10 @@ EXPLANATIONS: dict[str, str] = {
         "copying frame bodies twice on 2026-12-01 (5 runs in turns: receiver median "
         "197 MB/s before, 205 after). Letting the receiving task read the transport "
         "itself (the read turn) costs more than it saves for bulk over TLS, so bulk "
-        "streams leave reading to the reader task."
+        "streams leave reading to the reader task. On 2026-12-02 the same probe gave "
+        "raw 657-907 MB/s and mplex 615-693 MB/s in three turns (0.73x-0.94x); asking "
+        "SSLStream for 16 KiB, one record, instead of 256 KiB per read made no "
+        "difference beyond that spread (raw 550-656, mplex 431-495 in the next three)."
     ),
     "TLS bulk 1 MiB vs raw trio SSLStream (throughput)": (
         "As for 64 KiB sends: the receiver is the limit and pays the muxer's per-record "
