@@ -16,14 +16,12 @@ import trio
 
 import mplex
 from mplex._bench.peer import current_rss
+from mplex._codec import MAX_PREFIX_BYTES
 from mplex._stream_path import READ_SIZE
 from tests.helpers import muxer_pair, read_all, tcp_transport
 
 DURATION = 30.0 if os.environ.get("MPLEX_FULL") else 3.0
 STREAMS = 200
-# A Message frame's header and length varints, at most (stream ids and lengths here fit
-# in far fewer than 10 bytes each).
-FRAME_PREFIX_MAX = 20
 
 
 async def test_soak_delivers_every_byte_with_flat_memory() -> None:
@@ -92,7 +90,7 @@ async def test_soak_delivers_every_byte_with_flat_memory() -> None:
     # 64 KiB at once, a full max_send_frame_size) and a few bytes of control frames per
     # stream.
     assert max(unread for unread, _ in held) <= config.max_connection_buffer + READ_SIZE
-    crossing_frame = config.max_send_frame_size + FRAME_PREFIX_MAX
+    crossing_frame = config.max_send_frame_size + MAX_PREFIX_BYTES
     assert max(queued for _, queued in held) <= config.send_high_water + crossing_frame + 16 * STREAMS
     # Nothing is kept once the streams are done: no stream object survives them.
     gc.collect()
