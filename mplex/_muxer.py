@@ -44,10 +44,11 @@ frames and direct writes, the ``Reader`` for the read turn (``may_lend``,
 ``release_slot`` and ``forget`` it.  The reader calls the stream methods listed under "events from the
 muxer's reader" in ``_stream``.
 
-The connection's own state is a ``ConnectionState``: ``OK`` while it runs, then
-``BROKEN`` (the peer or the transport ended it) or ``CLOSED`` (we did).  Whatever ends
-it (transport EOF or error, a protocol error, ``aclose()``, cancellation of ``run()``),
-``_fail()`` records why, marks every live stream broken with a ``ConnectionLost``
+The connection's own state is a ``ConnectionState`` kept by its ``Lifecycle``
+(``_lifecycle``): ``OK`` while it runs, then ``BROKEN`` (the peer or the transport
+ended it) or ``CLOSED`` (we did).  Whatever ends it (transport EOF or error, a
+protocol error, ``aclose()``, cancellation of ``run()``), ``Lifecycle.end()`` records
+why, and the muxer marks every live stream broken with a ``ConnectionLost``
 chained to the cause, wakes every waiting task and stops both tasks.  Buffered data
 stays readable; the error comes after it.  A failed write ends only the send side at
 first: the reader delivers what the peer had sent (``Reader.linger``).
@@ -58,14 +59,15 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import AsyncIterator
-from typing import Any, NoReturn, final
+from typing import Any, final
 
 import trio
 
-from ._codec import MAX_MESSAGE_SIZE, Encoder
+from ._codec import Encoder
 from ._config import Config
 from ._core import ConnectionCore
-from ._errors import ConnectionLost, EndReason, MuxerClosed, fresh_copy
+from ._errors import ConnectionLost, EndReason, MuxerClosed
+from ._lifecycle import Ending, Lifecycle
 from ._logging import ConnectionLog, connection_label, describe
 from ._reader import Reader
 from ._receiving import UnreadData, prime_allocator
@@ -75,14 +77,14 @@ from ._state import ConnectionState
 from ._stats import Counters, MuxerStats
 from ._stream import MplexStream
 from ._stream_path import StreamPath
-from ._streams import Streams
+from ._streams import Streams, name_bytes
 from ._throttle import ReaderThrottle
 from ._writer import Writer
 
 __all__ = ["Muxer", "open_muxer"]
 
 
-_RUNNING, _CLOSED, _BROKEN = ConnectionState.OK, ConnectionState.CLOSED, ConnectionState.BROKEN
+_RUNNING, _CLOSED = ConnectionState.OK, ConnectionState.CLOSED
 #: Ends logged at DEBUG; the others (a failed transport, a broken protocol) at INFO.
 _ORDINARY_ENDS = frozenset({EndReason.PEER_CLOSED, EndReason.CLOSED})
 
@@ -109,12 +111,9 @@ class Muxer:
         self._log = ConnectionLog(self.name)
         # Lifecycle.
         self._started = False
-        self._state = _RUNNING
-        self._error: ConnectionLost | MuxerClosed | None = None
+        self._life = life = Lifecycle(self._send_side_ended, self._ended)
         self._run_scope: trio.CancelScope | None = None
         self._own_run: contextlib.AbstractAsyncContextManager[Muxer] | None = None
-        # Set once nothing more may be queued (aclose() began, or a write failed).
-        self._send_error: ConnectionLost | MuxerClosed | None = None
         # Send side.  The one encoder of every frame this connection sends.
         self._encoder = Encoder(config.max_send_frame_size)
         self._queue = SendQueue(config.send_high_water, config.max_flush_delay)
@@ -124,7 +123,7 @@ class Muxer:
         path: StreamPath | SocketPath
         self._socket: SocketPath | None
         if config.socket_fast_path and isinstance(transport_stream, trio.SocketStream) and POSIX_SOCKETS:
-            path = self._socket = SocketPath(transport_stream.socket, self._queue, self._running)
+            path = self._socket = SocketPath(transport_stream.socket, self._queue, life.running)
         else:
             path = StreamPath(transport_stream)
             self._socket = None
@@ -136,7 +135,7 @@ class Muxer:
             encoder=self._encoder,
             stats=self._stats,
             log=self._log,
-            may_send=self._may_send,
+            may_send=life.may_send,
             on_failure=self._write_failed,
         )
         # Receive side.
@@ -151,7 +150,7 @@ class Muxer:
             self._unread,
             self._queue,
             reset_stream=lambda stream: self._streams.reset_by_policy(stream),  # noqa: PLW0108  (built below)
-            running=self._running,
+            running=life.running,
             on_stall=lambda paused: self._reader.paused(paused),  # noqa: PLW0108  (built below)
         )
         self._reader = Reader(
@@ -162,8 +161,8 @@ class Muxer:
             stats=self._stats,
             log=self._log,
             path=path,
-            running=self._running,
-            fail=self._reader_failed,
+            running=life.running,
+            fail=lambda error, cause: life.end(error, cause=cause),
             on_new_stream=lambda stream_id, name: self._streams.on_new_stream(stream_id, name),  # noqa: PLW0108
         )
         self._streams = Streams(
@@ -200,10 +199,10 @@ class Muxer:
 
     def _activity(self) -> dict[str, Any]:
         """The reader's and writer's situation, for ``stats``."""
-        running = self._state is _RUNNING
+        running = self._life.running()
         lent = self._reader.turn.borrower if running else None
         return {
-            "writer": self._queue.writer_state if running and self._send_error is None else "stopped",
+            "writer": self._queue.writer_state if self._life.may_send() else "stopped",
             "reader": self._reader.state if running else "stopped",
             "reader_lent_to": lent.key if isinstance(lent, MplexStream) else None,
         }
@@ -217,7 +216,7 @@ class Muxer:
     @property
     def end_reason(self) -> EndReason | None:
         """Why the connection ended (an ``EndReason``), or None while it runs."""
-        return None if self._error is None else self._error.reason
+        return self._life.end_reason
 
     @property
     def end_error(self) -> ConnectionLost | MuxerClosed | None:
@@ -226,7 +225,7 @@ class Muxer:
         A ``ConnectionLost`` (its ``__cause__`` is the transport error or the
         ``ProtocolError``, None for the peer's clean end of input) or a ``MuxerClosed``.
         """
-        return self._error
+        return self._life.error
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Run the reader and writer until the connection ends.
@@ -245,17 +244,16 @@ class Muxer:
         try:
             async with trio.open_nursery() as nursery:
                 self._run_scope = nursery.cancel_scope
-                if self._state is _RUNNING:
+                if self._life.running():
                     nursery.start_soon(self._reader.run, name=f"mplex reader {self.name}")
                     nursery.start_soon(self._writer.run, name=f"mplex writer {self.name}")
                 task_status.started()
         finally:
-            if self._state is _RUNNING:
-                self._fail(MuxerClosed("the muxer's run() was cancelled"), final_state=_CLOSED)
+            self._life.end(MuxerClosed("the muxer's run() was cancelled"), final_state=_CLOSED)
             await trio.aclose_forcefully(self._transport)
             # Remote causes at INFO, never WARNING: see mplex._logging.
             level = logging.DEBUG if self.end_reason in _ORDINARY_ENDS else logging.INFO
-            self._log.log(level, "connection ended: %s", describe(self._error))
+            self._log.log(level, "connection ended: %s", describe(self._life.error))
 
     async def aclose(self) -> None:
         """Flush queued frames, close the transport, and end every stream.
@@ -267,27 +265,27 @@ class Muxer:
         still open get ``MuxerClosed``.  Closes even when cancelled (skipping the
         flush).  Idempotent.
         """
-        if self._state is not _RUNNING:
+        life = self._life
+        if not life.running():
             await trio.lowlevel.checkpoint()
-            if self._state is _BROKEN:
-                self._state = _CLOSED
+            if life.closed_after_break():
                 await trio.aclose_forcefully(self._transport)
             return
         try:
-            self._stop_sending(MuxerClosed("the muxer is closing"))
+            life.stop_sending(MuxerClosed("the muxer is closing"))
             if self._started:
                 with trio.move_on_after(self.config.close_timeout):
                     queue = self._queue
-                    while (queue.buffer or queue.writing) and self._state is _RUNNING:
+                    while (queue.buffer or queue.writing) and life.running():
                         await queue.wait_for_room()
         finally:
-            self._fail(MuxerClosed("the muxer was closed"), final_state=_CLOSED)
+            life.end(MuxerClosed("the muxer was closed"), final_state=_CLOSED)
             await trio.aclose_forcefully(self._transport)
 
     async def __aenter__(self) -> Muxer:
         """``async with Muxer(transport) as muxer:`` runs it for the block, like
         ``open_muxer``; a muxer already running is just closed on exit."""
-        if not self._started and self._state is _RUNNING:
+        if not self._started and self._life.running():
             self._own_run = open_running(self)
             await self._own_run.__aenter__()
         return self
@@ -303,10 +301,10 @@ class Muxer:
     @property
     def closed(self) -> bool:
         """True once the connection has ended, for whatever reason."""
-        return self._state is not _RUNNING
+        return not self._life.running()
 
     def _check_started(self) -> None:
-        if not self._started and self._state is _RUNNING:
+        if not self._started and self._life.running():
             raise RuntimeError(
                 "this Muxer is not running: use `async with mplex.open_muxer(transport)`, "
                 "`async with mplex.Muxer(transport)`, or `await nursery.start(muxer.run)`"
@@ -320,18 +318,9 @@ class Muxer:
         Waits while ``Config.max_outbound_streams`` of our streams are open (a stream
         stops counting once this side has closed or reset it).
         """
-        if name is None:
-            raw = None
-        elif isinstance(name, str):
-            raw = name.encode()
-        elif isinstance(name, bytes):
-            raw = bytes(name)
-        else:
-            raise TypeError(f"a stream name is str, bytes or None, not {type(name).__name__}")
-        if raw is not None and len(raw) > MAX_MESSAGE_SIZE:
-            raise ValueError(f"a stream name must fit one frame ({MAX_MESSAGE_SIZE} bytes)")
+        raw = name_bytes(name)
         self._check_started()
-        return await self._streams.open(raw, self._check_usable)
+        return await self._streams.open(raw, self._life.check_usable)
 
     async def accept_stream(self) -> MplexStream:
         """Wait for the next stream the peer opens.
@@ -344,7 +333,7 @@ class Muxer:
         self._check_started()
         self._throttle.acceptors += 1
         try:
-            return await self._streams.accept(self._running, self._raise_ended)
+            return await self._streams.accept(self._life.running, self._life.raise_ended)
         finally:
             self._throttle.acceptors -= 1
             self._throttle.recheck()  # an accepted stream, or no acceptor left
@@ -361,67 +350,28 @@ class Muxer:
         except (MuxerClosed, ConnectionLost):
             raise StopAsyncIteration from None
 
-    def _check_usable(self) -> None:
-        if self._state is not _RUNNING:
-            self._raise_ended()
-        if self._send_error is not None:
-            _raise_copy(self._send_error)
-
-    def _raise_ended(self) -> None:
-        assert self._error is not None
-        _raise_copy(self._error)
-
     # -- what the reader and writer ask of the connection ---------------------------------
-
-    def _running(self) -> bool:
-        return self._state is _RUNNING
-
-    def _may_send(self) -> bool:
-        return self._state is _RUNNING and self._send_error is None
-
-    def _reader_failed(self, error: ConnectionLost, cause: BaseException | None) -> None:
-        self._fail(error, cause=cause)
 
     async def _write_failed(self, cause: Exception) -> None:
         """A write failed: end the send side; the receive side lingers (``Reader.linger``)."""
         error = ConnectionLost("the transport failed while sending")
         error.__cause__ = cause
-        self._stop_sending(error)
+        self._life.stop_sending(error)
         self._queue.clear()
-        assert self._send_error is not None  # ours, or aclose()'s if it came first
-        await self._reader.linger(self._send_error)
+        assert self._life.send_error is not None  # ours, or aclose()'s if it came first
+        await self._reader.linger(self._life.send_error)
 
-    def _stop_sending(self, error: ConnectionLost | MuxerClosed) -> None:
-        """No more frames may be queued: every send and open raises ``error``."""
-        if self._send_error is not None:
-            return
-        self._send_error = error
+    def _send_side_ended(self, error: Ending) -> None:
         self._streams.send_side_lost(error)
         self._queue.wake_senders()
 
-    def _fail(
-        self,
-        error: ConnectionLost | MuxerClosed,
-        *,
-        cause: BaseException | None = None,
-        final_state: ConnectionState = _BROKEN,
-    ) -> None:
-        """End the connection: record why, break every stream, wake every waiter."""
-        if self._state is not _RUNNING:
-            return
-        error.__cause__ = cause
-        self._state = final_state
-        self._error = error
+    def _ended(self, error: Ending) -> None:
+        """The connection ended: break every stream, wake every waiter, stop the tasks."""
         self._streams.connection_lost(error)
         self._queue.clear()
         self._throttle.wake()
         if self._run_scope is not None:
             self._run_scope.cancel()
-
-
-def _raise_copy(error: ConnectionLost | MuxerClosed) -> NoReturn:
-    """Raise a fresh copy of a recorded end, with the same cause."""
-    raise fresh_copy(error) from error.__cause__
 
 
 def open_muxer(

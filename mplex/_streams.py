@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 import trio
 
-from ._codec import Encoder, Flag
+from ._codec import MAX_MESSAGE_SIZE, Encoder, Flag
 from ._config import Config
 from ._core import ConnectionCore
 from ._errors import ConnectionLost, MuxerClosed
@@ -23,7 +23,23 @@ from ._stats import Counters
 from ._stream import MplexStream
 from ._writer import Writer
 
-__all__ = ["Streams"]
+__all__ = ["Streams", "name_bytes"]
+
+
+def name_bytes(name: str | bytes | None) -> bytes | None:
+    """A stream name as ``open_stream`` takes it, as the bytes to send (None: the
+    default); a wrong type or a name longer than one frame raises before anything is sent."""
+    if name is None:
+        return None
+    if isinstance(name, str):
+        raw = name.encode()
+    elif isinstance(name, bytes):
+        raw = bytes(name)
+    else:
+        raise TypeError(f"a stream name is str, bytes or None, not {type(name).__name__}")
+    if len(raw) > MAX_MESSAGE_SIZE:
+        raise ValueError(f"a stream name must fit one frame ({MAX_MESSAGE_SIZE} bytes)")
+    return raw
 
 
 class Streams:

@@ -1,0 +1,105 @@
+"""A connection's lifecycle: whether it still runs, whether it may still send, and
+why not (``Lifecycle``).
+
+The muxer's tasks, its streams and its public methods all ask the same two questions
+(``running()``, ``may_send()``) and raise the same recorded errors, so the answers
+live in one object rather than in flags spread over the muxer.  A connection ends
+once, for the first reason that comes; its send side may end earlier (``aclose()``
+began, or a write failed), while the reader still delivers what the peer sent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import NoReturn
+
+from ._errors import ConnectionLost, EndReason, MuxerClosed, fresh_copy
+from ._state import ConnectionState
+
+__all__ = ["Ending", "Lifecycle"]
+
+#: The error a connection's streams get when it (or its send side) ends.
+Ending = ConnectionLost | MuxerClosed
+
+_RUNNING = ConnectionState.OK
+
+
+class Lifecycle:
+    """The end-state of one connection.
+
+    ``on_send_stopped(error)`` runs once, when nothing more may be queued;
+    ``on_end(error)`` runs once, when the connection ends (after ``state`` and
+    ``error`` are recorded).
+    """
+
+    __slots__ = ("_on_end", "_on_send_stopped", "error", "send_error", "state")
+
+    def __init__(self, on_send_stopped: Callable[[Ending], None], on_end: Callable[[Ending], None]) -> None:
+        #: ``OK`` while the connection runs, then ``BROKEN`` or ``CLOSED``.
+        self.state = _RUNNING
+        #: Why the connection ended; None while it runs.
+        self.error: Ending | None = None
+        #: Why nothing more may be queued; None while sends are accepted.
+        self.send_error: Ending | None = None
+        self._on_send_stopped = on_send_stopped
+        self._on_end = on_end
+
+    @property
+    def end_reason(self) -> EndReason | None:
+        """Why the connection ended, or None while it runs."""
+        return None if self.error is None else self.error.reason
+
+    def running(self) -> bool:
+        """True until the connection ends."""
+        return self.state is _RUNNING
+
+    def may_send(self) -> bool:
+        """True while frames may still be queued."""
+        return self.state is _RUNNING and self.send_error is None
+
+    def check_usable(self) -> None:
+        """Raise the recorded reason if nothing more may be sent."""
+        if self.state is not _RUNNING:
+            self.raise_ended()
+        if self.send_error is not None:
+            _raise_copy(self.send_error)
+
+    def raise_ended(self) -> NoReturn:
+        """Raise (a fresh copy of) why the connection ended."""
+        assert self.error is not None
+        _raise_copy(self.error)
+
+    def stop_sending(self, error: Ending) -> None:
+        """No more frames may be queued: every send and open raises ``error``."""
+        if self.send_error is not None:
+            return
+        self.send_error = error
+        self._on_send_stopped(error)
+
+    def end(
+        self,
+        error: Ending,
+        *,
+        cause: BaseException | None = None,
+        final_state: ConnectionState = ConnectionState.BROKEN,
+    ) -> None:
+        """End the connection with ``error`` (chained to ``cause``); only the first
+        call counts."""
+        if self.state is not _RUNNING:
+            return
+        error.__cause__ = cause
+        self.state = final_state
+        self.error = error
+        self._on_end(error)
+
+    def closed_after_break(self) -> bool:
+        """Closing a broken connection makes it ``CLOSED``; True if it was broken."""
+        if self.state is ConnectionState.BROKEN:
+            self.state = ConnectionState.CLOSED
+            return True
+        return False
+
+
+def _raise_copy(error: Ending) -> NoReturn:
+    """Raise a fresh copy of a recorded end, with the same cause."""
+    raise fresh_copy(error) from error.__cause__
