@@ -102,6 +102,19 @@ class Decoder:
             raise
         return out
 
+    def absorb(self, data: bytes | bytearray | memoryview) -> bool:
+        """Keep ``data`` if it only continues the body of the frame in progress without
+        completing it, and return True; otherwise do nothing and return False (then
+        ``feed_raw(data)``).  The cheap path for the middle of a large frame, which
+        a bulk transfer over TLS delivers one 16 KiB record at a time."""
+        need = self._need
+        if type(data) is not bytes or not 0 < len(data) < need:
+            return False  # (a bytearray or a view would be copied by feed_raw first)
+        self._offset += len(data)
+        self._need = need - len(data)
+        self._keep(data)
+        return True
+
     # -- internals ---------------------------------------------------------------------
 
     def _keep(self, data: bytes, start: int = 0, stop: int | None = None) -> None:

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Coroutine
+from typing import TYPE_CHECKING, Any
 
 import trio
 
@@ -33,7 +33,7 @@ from ._receiving import UnreadData
 from ._sendqueue import wait_for_idle
 from ._socket_path import SocketPath
 from ._stats import Counters
-from ._stream_path import StreamPath
+from ._stream_path import READ_SIZE, StreamPath
 from ._throttle import ReaderThrottle
 
 if TYPE_CHECKING:
@@ -86,14 +86,15 @@ class Reader:
 
     # -- the reader task ------------------------------------------------------------------
 
-    async def run(self) -> None:
-        """The reader: reads the transport whenever no receiving task holds the read
-        turn (see ``_read_turn``), dispatches, and pauses for the slow-reader policy."""
+    def run(self) -> Coroutine[Any, Any, None]:
+        """The reader task (``nursery.start_soon(reader.run)``): reads the transport
+        whenever no receiving task holds the read turn (see ``_read_turn``),
+        dispatches, and pauses for the slow-reader policy.  Returns the read loop's
+        own coroutine, so that every read resumes one frame fewer."""
         if self._socket is not None:
-            await self._read_socket_loop(self._socket)
-        else:
-            assert isinstance(self._path, StreamPath)
-            await self._read_stream_loop(self._path)
+            return self._read_socket_loop(self._socket)
+        assert isinstance(self._path, StreamPath)
+        return self._read_stream_loop(self._path)
 
     async def _read_stream_loop(self, path: StreamPath) -> None:
         try:
@@ -102,6 +103,7 @@ class Reader:
             self._receive_failed(exc)
             return
         running = self._running
+        receive_some = path.receive_some
         while running():
             if path.borrower is not None:
                 await self._lend(path, until_idle=True)
@@ -113,12 +115,15 @@ class Reader:
                     if self._throttle.should_pause():
                         await self._throttle.pause()
                     self.state = "waiting"
+                    path.reader_waiting = True
                     try:
-                        data = await path.reader_receive()
+                        data = await receive_some(READ_SIZE)
                     except Exception as exc:  # any failure of any transport: it is lost
                         self._receive_failed(exc)
                         return
                     finally:
+                        path.reader_waiting = False
+                        path.reader_left()
                         self.state = "reading"
                     if not self._consume(data):
                         return
@@ -281,6 +286,9 @@ class Reader:
         connection has ended (b"" is the peer's end of input)."""
         if not self._running():
             return False
+        if self._linger_scope is None and self.decoder.absorb(data):
+            self._stats.bytes_received += len(data)  # the middle of a large frame
+            return True
         if not data:
             if not self._ended_by_failed_write():
                 error = ConnectionLost("the peer closed the connection", reason=EndReason.PEER_CLOSED)

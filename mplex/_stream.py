@@ -114,7 +114,9 @@ class MplexStream(SendSide, trio.abc.HalfCloseableStream):
         self._send_failure: ConnectionLost | MuxerClosed | None = None  # why sends cannot go
         self._buffer = ReceiveBuffer(unread, self)
         self._last_delivery = 0  # bytes of the last piece the reader delivered
-        self._recv_lot = trio.lowlevel.ParkingLot()
+        # The task waiting in receive_some (one at most: the busy guard), for a
+        # direct reschedule: a ParkingLot costs more, once for each frame delivered.
+        self._recv_waiter: trio.lowlevel.Task | None = None
         self._recv_busy = False
 
     # -- identity --------------------------------------------------------------------------
@@ -178,7 +180,8 @@ class MplexStream(SendSide, trio.abc.HalfCloseableStream):
             raise trio.BusyResourceError("another task is receiving on this stream")
         self._recv_busy = True
         try:
-            if not self._waiting_for_data():
+            buffer = self._buffer
+            if buffer.size or not self._can_receive:  # not _waiting_for_data(), inlined
                 await trio.lowlevel.checkpoint()
             else:
                 # Read the transport in this task (once: see Reader.receive_for);
@@ -186,12 +189,12 @@ class MplexStream(SendSide, trio.abc.HalfCloseableStream):
                 # muxer's reader task deliver.
                 if self._reader.may_lend(bulk=self._last_delivery >= _BULK_DELIVERY):
                     await self._reader.receive_for(self)
-                while self._waiting_for_data():
-                    await self._recv_lot.park()
+                while not buffer.size and self._can_receive:
+                    await self._park_receiver()
             if self._receiving is _CLOSED:
                 raise trio.ClosedResourceError("this stream was closed")
-            if self._buffer.size:
-                return self._buffer.take(max_bytes)
+            if buffer.size:
+                return buffer.take(max_bytes)
             if self._receiving is _ENDED:
                 return b""
             raise self._failure_error() from self._failure_cause()
@@ -208,10 +211,21 @@ class MplexStream(SendSide, trio.abc.HalfCloseableStream):
         """True while receive_some has nothing to return or raise yet."""
         return not self._buffer.size and self._can_receive
 
+    async def _park_receiver(self) -> None:
+        """Wait in receive_some until ``_wake_receiver`` (or cancellation)."""
+        self._recv_waiter = trio.lowlevel.current_task()
+        await trio.lowlevel.wait_task_rescheduled(self._abort_receive)
+
+    def _abort_receive(self, _: object) -> trio.lowlevel.Abort:
+        self._recv_waiter = None
+        return trio.lowlevel.Abort.SUCCEEDED
+
     def _wake_receiver(self) -> None:
         """Something changed for a task waiting in receive_some: let it look again."""
-        if self._recv_lot:
-            self._recv_lot.unpark_all()
+        task = self._recv_waiter
+        if task is not None:
+            self._recv_waiter = None
+            trio.lowlevel.reschedule(task)
         else:
             self._reader.wake_borrower(self)  # it may wait on the transport itself
 

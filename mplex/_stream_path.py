@@ -44,7 +44,10 @@ class StreamPath(ReadTurn):
     def __init__(self, transport: trio.abc.Stream) -> None:
         super().__init__()
         self._transport = transport
-        self._receive_some = transport.receive_some
+        #: The transport's own ``receive_some``: the reader task calls it directly,
+        #: inside its ``reader_scope``, with ``reader_waiting`` set around the call
+        #: and ``reader_left()`` after it.
+        self.receive_some = transport.receive_some
         # Receiving tasks borrow the read turn only where that is safe (see above).
         self.lends = cancel_safe_receive(transport) and not isinstance(transport, trio.SSLStream)
         self._reader_scope: trio.CancelScope | None = None
@@ -64,15 +67,10 @@ class StreamPath(ReadTurn):
         self._reader_scope = trio.CancelScope()
         return self._reader_scope
 
-    async def reader_receive(self) -> bytes | bytearray:
-        """The reader task's read, inside its ``reader_scope``."""
-        self.reader_waiting = True
-        try:
-            return await self._receive_some(READ_SIZE)
-        finally:
-            self.reader_waiting = False
-            if self._reader_out:
-                self._reader_out.unpark_all()
+    def reader_left(self) -> None:
+        """The reader task left its read: wake whoever waits for that."""
+        if self._reader_out:
+            self._reader_out.unpark_all()
 
     def move_reader_aside(self) -> None:
         if self._reader_scope is not None:
@@ -88,7 +86,7 @@ class StreamPath(ReadTurn):
         with trio.CancelScope() as scope:
             self._borrower_scope = scope
             try:
-                return await self._receive_some(READ_SIZE)
+                return await self.receive_some(READ_SIZE)
             finally:
                 self._borrower_scope = None
         return None

@@ -210,6 +210,58 @@ frame_strategy = st.tuples(
 )
 
 
+class TestAbsorb:
+    """``Decoder.absorb``: the cheap path for the middle of a large frame's body."""
+
+    def test_takes_only_chunks_that_continue_a_body_without_completing_it(self) -> None:
+        body = bytes(range(256)) * 40
+        first = frame(3, Flag.MESSAGE_RECEIVER, body)
+        wire = first + frame(3, Flag.CLOSE_RECEIVER)
+        prefix = len(first) - len(body)
+        decoder = Decoder()
+        assert not decoder.absorb(wire[:100])  # no body in progress: nothing kept
+        assert decoder.buffered == 0
+        assert decoder.feed(wire[:100]) == []  # the prefix and the body's start
+        assert not decoder.absorb(b"")
+        assert not decoder.absorb(bytearray(wire[100:200]))  # feed_raw copies those first
+        assert decoder.absorb(wire[100:5000])
+        assert decoder.buffered == 5000 - prefix
+        assert decoder.offset == 5000
+        assert not decoder.absorb(wire[5000 : len(first)])  # it would complete the frame
+        assert not decoder.absorb(wire[5000:])
+        assert decoder.feed(wire[5000:]) == [
+            Frame(3, Flag.MESSAGE_RECEIVER, body),
+            Frame(3, Flag.CLOSE_RECEIVER, b""),
+        ]
+        assert decoder.buffered == 0
+
+    @given(st.lists(frame_strategy, max_size=20), st.data())
+    @settings(max_examples=100)
+    def test_absorbing_where_it_can_decodes_exactly_what_feeding_does(
+        self, frames: list[tuple[int, Flag, bytes]], data: st.DataObject
+    ) -> None:
+        encoded = [Encoder().frame(i, f, b) for i, f, b in frames]
+        wire = b"".join(encoded)
+        ends = [sum(map(len, encoded[: n + 1])) for n in range(len(encoded))]
+        # Random cuts, and cuts at frame ends: a chunk that just completes a body.
+        cuts = data.draw(st.lists(st.integers(0, len(wire)), max_size=30))
+        at_ends = st.lists(st.sampled_from(ends), max_size=5) if ends else st.just([])
+        cuts = sorted({*cuts, *data.draw(at_ends)})
+        decoder, reference = Decoder(coalesce=True), Decoder(coalesce=True)
+        out: list[Frame] = []
+        expected: list[Frame] = []
+        start = 0
+        for cut in [*cuts, len(wire)]:
+            chunk = wire[start:cut]
+            expected += reference.feed(chunk)
+            if not decoder.absorb(chunk):
+                out += decoder.feed(chunk)
+            start = cut
+        assert out == expected
+        assert decoder.buffered == 0
+        assert decoder.offset == len(wire)
+
+
 class TestRoundTrips:
     @given(st.lists(frame_strategy, max_size=30), st.data())
     @settings(max_examples=200)
