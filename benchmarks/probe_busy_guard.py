@@ -1,5 +1,6 @@
-"""What a busy guard costs per call: two boolean flags (what the streams use) against
-trio's ConflictDetector idiom, a context manager (``with self._guard:``).
+"""What a busy guard costs per call: a boolean flag checked, set and cleared inline,
+against trio's ``ConflictDetector`` idiom (``with guard:``), which the streams use
+(``mplex._guard.ConflictGuard``).
 
     python -m benchmarks.probe_busy_guard
 """
@@ -7,35 +8,16 @@ trio's ConflictDetector idiom, a context manager (``with self._guard:``).
 from __future__ import annotations
 
 import timeit
-from types import TracebackType
 
 import trio
 
-
-class Guard:
-    """The idiom: one object per direction; entering it while held raises."""
-
-    __slots__ = ("held", "message")
-
-    def __init__(self, message: str) -> None:
-        self.held = False
-        self.message = message
-
-    def __enter__(self) -> None:
-        if self.held:
-            raise trio.BusyResourceError(self.message)
-        self.held = True
-
-    def __exit__(
-        self, kind: type[BaseException] | None, error: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.held = False
+from mplex._guard import ConflictGuard
 
 
 class Sender:
     def __init__(self) -> None:
         self._send_busy = False
-        self._guard = Guard("another task is sending on this stream")
+        self._guard = ConflictGuard("another task is sending on this stream")
 
     def with_flags(self) -> None:
         if self._send_busy:

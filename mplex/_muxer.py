@@ -42,7 +42,8 @@ the ``SendQueue`` and reads its ``ReceiveBuffer``; it asks the ``Writer`` for co
 frames and direct writes, the ``Reader`` for the read turn (``may_lend``,
 ``receive_for``, ``wake_borrower``), and ``Streams`` (``_streams``) to
 ``release_slot`` and ``forget`` it.  The reader calls the stream methods listed under "events from the
-muxer's reader" in ``_stream``.
+muxer's reader" in ``_stream``.  Each direction of a stream has a busy guard
+(``ConflictGuard``, ``_guard``: trio's ``ConflictDetector`` idiom).
 
 The connection's own state is a ``ConnectionState`` kept by its ``Lifecycle``
 (``_lifecycle``): ``OK`` while it runs, then ``BROKEN`` (the peer or the transport

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, NoReturn
 import trio
 
 from ._codec import Encoder, Flag
+from ._guard import ConflictGuard
 from ._sendqueue import SendQueue
 
 if TYPE_CHECKING:
@@ -65,7 +66,8 @@ class SendSide:
         self._data_flag = data_flag
         self._last_size = -1
         self._last_prefix = b""
-        self._send_busy = False
+        #: Held while a task is in send_all, send_eof or wait_send_all_might_not_block.
+        self._send_guard = ConflictGuard("another task is sending on this stream")
 
     def _raise_send_error(self) -> NoReturn:
         """Why this stream cannot send (the stream's state knows)."""
@@ -81,7 +83,7 @@ class SendSide:
         """
         q = self._queue
         out = q.buffer
-        if self._send_busy or not self._can_send or len(out) >= q.high_water:
+        if self._send_guard.held or not self._can_send or len(out) >= q.high_water:
             self._refuse_send_nowait()
         if data.__class__ is not bytes:
             data = _byte_buffer(data)  # len() must count bytes, before anything is queued
@@ -119,8 +121,8 @@ class SendSide:
 
     def _refuse_send_nowait(self) -> None:
         """Why send_nowait cannot queue now, as the exception to raise."""
-        if self._send_busy:
-            raise trio.BusyResourceError("another task is sending on this stream")
+        if self._send_guard.held:
+            raise trio.BusyResourceError(self._send_guard.message)
         if not self._can_send:
             self._raise_send_error()
         raise trio.WouldBlock
@@ -130,12 +132,15 @@ class SendSide:
 
         If cancelled, whole frames of ``data`` may have been queued; never part of one.
         """
-        if self._send_busy:
-            raise trio.BusyResourceError("another task is sending on this stream")
-        if data.__class__ is not bytes:
-            data = _byte_buffer(data)  # len() must count bytes, before anything is queued
-        self._send_busy = True
+        # The guard's idiom inlined (check, hold, let go): a ``with`` block calls two
+        # Python methods, a cost this, the hottest call, shows (probe_busy_guard).
+        guard = self._send_guard
+        if guard.held:
+            raise trio.BusyResourceError(guard.message)
+        guard.held = True
         try:
+            if data.__class__ is not bytes:
+                data = _byte_buffer(data)  # len() must count bytes, before anything is queued
             q = self._queue
             if not q.gathering:
                 # trio's socket idiom: raise if already cancelled, queue, then yield
@@ -187,7 +192,7 @@ class SendSide:
             if not yielded:
                 await _yield()
         finally:
-            self._send_busy = False
+            guard.held = False
 
     async def _send_frames(self, view: memoryview) -> bool:
         """send_all's part for data longer than one frame; True if it yielded.
@@ -232,10 +237,7 @@ class SendSide:
 
     async def wait_send_all_might_not_block(self) -> None:
         """See `trio.abc.SendStream.wait_send_all_might_not_block`."""
-        if self._send_busy:
-            raise trio.BusyResourceError("another task is sending on this stream")
-        self._send_busy = True
-        try:
+        with self._send_guard:
             q = self._queue
             if not self._can_send or q.has_room:
                 await trio.lowlevel.checkpoint()
@@ -243,5 +245,3 @@ class SendSide:
                 await q.wait_for_room()
             if not self._can_send:
                 self._raise_send_error()
-        finally:
-            self._send_busy = False

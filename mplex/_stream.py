@@ -34,6 +34,7 @@ import trio
 
 from ._codec import Encoder, Flag
 from ._errors import ConnectionLost, MuxerClosed, StreamReset, fresh_copy
+from ._guard import ConflictGuard
 from ._receiving import ReceiveBuffer, UnreadData
 from ._sending import SendSide
 from ._sendqueue import SendQueue
@@ -117,7 +118,7 @@ class MplexStream(SendSide, trio.abc.HalfCloseableStream):
         # The task waiting in receive_some (one at most: the busy guard), for a
         # direct reschedule: a ParkingLot costs more, once for each frame delivered.
         self._recv_waiter: trio.lowlevel.Task | None = None
-        self._recv_busy = False
+        self._recv_guard = ConflictGuard("another task is receiving on this stream")
 
     # -- identity --------------------------------------------------------------------------
 
@@ -134,10 +135,7 @@ class MplexStream(SendSide, trio.abc.HalfCloseableStream):
 
     async def send_eof(self) -> None:
         """See `trio.abc.HalfCloseableStream.send_eof`: sends an mplex Close."""
-        if self._send_busy:
-            raise trio.BusyResourceError("another task is sending on this stream")
-        self._send_busy = True
-        try:
+        with self._send_guard:
             await trio.lowlevel.checkpoint()
             if self._sending is _ENDED:
                 return  # repeating send_eof is harmless, whatever happened since
@@ -147,8 +145,6 @@ class MplexStream(SendSide, trio.abc.HalfCloseableStream):
             self._sending = _ENDED
             self._writer.send_control(self.id, self._flag(Flag.CLOSE_INITIATOR))
             self._refresh()
-        finally:
-            self._send_busy = False
 
     def _raise_send_error(self) -> NoReturn:
         # Local reasons win (see Direction): sending after our own close or EOF is the
@@ -176,10 +172,7 @@ class MplexStream(SendSide, trio.abc.HalfCloseableStream):
             max_bytes = operator.index(max_bytes)
             if max_bytes < 1:
                 raise ValueError("max_bytes must be >= 1")
-        if self._recv_busy:
-            raise trio.BusyResourceError("another task is receiving on this stream")
-        self._recv_busy = True
-        try:
+        with self._recv_guard:
             buffer = self._buffer
             if buffer.size or not self._can_receive:  # not _waiting_for_data(), inlined
                 await trio.lowlevel.checkpoint()
@@ -198,8 +191,6 @@ class MplexStream(SendSide, trio.abc.HalfCloseableStream):
             if self._receiving is _ENDED:
                 return b""
             raise self._failure_error() from self._failure_cause()
-        finally:
-            self._recv_busy = False
 
     @property
     def unread_bytes(self) -> int:

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any
+
 import pytest
 import trio
 import trio.testing
 
 import mplex
-from tests.helpers import muxer_pair, read_all, settle
+from tests.helpers import memory_transport, muxer_pair, over_every_transport, read_all, settle
 
 
 class TestIdentity:
@@ -229,3 +233,80 @@ class TestManyStreams:
                         nursery.start_soon(client, index)
         assert [echoed[i] == payloads[i] for i in range(len(payloads))] == [True] * len(payloads)
         assert left.stats.live_streams == right.stats.live_streams == 0
+
+
+#: The receiving side holds little, so a large send soon waits for room.
+_SMALL_BUFFERS = mplex.Config(
+    max_stream_buffer=64 * 1024, max_connection_buffer=64 * 1024, send_high_water=64 * 1024
+)
+
+
+@contextlib.asynccontextmanager
+async def _with_backpressure(transport: Any) -> AsyncIterator[tuple[trio.abc.Stream, trio.abc.Stream]]:
+    """``transport``, but in memory a pair whose writes wait for the reader (trio's
+    memory pair buffers without limit, so a writer there never waits)."""
+    if transport is memory_transport:
+        yield trio.testing.lockstep_stream_pair()
+    else:
+        async with transport() as pair:
+            yield pair
+
+
+@over_every_transport
+class TestBusyGuards:
+    """One task per direction, as trio's own streams: a second gets BusyResourceError,
+    and the guard is free again once the first call has ended, however it ended."""
+
+    async def test_a_second_sender_is_refused_while_a_send_waits(self, transport: Any) -> None:
+        async with muxer_pair(lambda: _with_backpressure(transport), _SMALL_BUFFERS) as (left, right):
+            stream = await left.open_stream()
+            peer = await right.accept_stream()  # not read: the send below cannot finish
+            with trio.fail_after(20):
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(stream.send_all, bytes(64 * 1024 * 1024))
+                    await settle()
+                    with pytest.raises(trio.BusyResourceError, match="another task is sending"):
+                        await stream.send_all(b"x")
+                    with pytest.raises(trio.BusyResourceError):
+                        stream.send_nowait(b"x")
+                    with pytest.raises(trio.BusyResourceError):
+                        await stream.wait_send_all_might_not_block()
+                    with pytest.raises(trio.BusyResourceError):
+                        await stream.send_eof()
+                    nursery.cancel_scope.cancel()
+                await stream.send_eof()  # the cancelled send let go of the guard
+                await peer.aclose()  # drops what arrived, so the muxers close at once
+
+    async def test_a_second_receiver_is_refused_while_a_receive_waits(self, transport: Any) -> None:
+        async with muxer_pair(transport) as (left, right):
+            stream = await left.open_stream()
+            await stream.send_all(b"hello")
+            peer = await right.accept_stream()
+            got: list[bytes] = []
+            with trio.fail_after(20):
+                async with trio.open_nursery() as nursery:
+
+                    async def receive() -> None:
+                        got.append(await peer.receive_some())
+                        got.append(await peer.receive_some())
+
+                    nursery.start_soon(receive)
+                    await settle()
+                    assert got == [b"hello"]  # the first call returned; the second waits
+                    with pytest.raises(trio.BusyResourceError, match="another task is receiving"):
+                        await peer.receive_some()
+                    await stream.send_all(b"world")
+                await stream.send_all(b"!")
+                assert got == [b"hello", b"world"]
+                assert await peer.receive_some() == b"!"  # free again
+
+    async def test_a_failed_call_lets_go_of_the_guard(self, transport: Any) -> None:
+        async with muxer_pair(transport) as (left, right):
+            stream = await left.open_stream()
+            with pytest.raises(TypeError):
+                await stream.send_all("text")  # type: ignore[arg-type]
+            with pytest.raises(ValueError):
+                await stream.receive_some(0)
+            await stream.send_all(b"ok")
+            peer = await right.accept_stream()
+            assert await peer.receive_some() == b"ok"
