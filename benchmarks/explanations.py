@@ -36,12 +36,18 @@ EXPLANATIONS: dict[str, str] = {
         "and 1.98x. An A/B in turns of 600,000 32 B send_all calls (`python -m "
         "mplex._bench.peer` server and client, from a checkout of the code before that "
         "day's work and from this one) gave 7.05 s, 5.23 s, 8.22 s before and 7.83 s, "
-        "5.52 s, 5.75 s after: no change beyond the noise. The full runs of 2026-12-02 "
-        "gave 2.22x and 2.33x. `python -m benchmarks.probe_send_all` (2026-12-02, "
-        "1,000,000 calls each, per call): a bare yield 3.29 us, send_nowait plus a yield "
-        "4.34 us, plus the cancel check (the least send_all's contract allows) 4.93 us, "
-        "send_all itself 5.27 us: send_all adds 0.34 us to that least. Use send_nowait "
-        "for tiny messages."
+        "5.52 s, 5.75 s after: no change beyond the noise. The five full runs of "
+        "2026-12-02 (fresh clones, `make bench`) gave 2.22x, 2.33x, 2.48x, 2.50x and "
+        "2.22x, the last three within two hours, of send_all code that differs only in "
+        "how its busy flag is kept, the js baseline's median "
+        "between 39.1 and 39.6 s in each: what moves is the machine's time for the same "
+        "Python (send_all's median 15.8 s twice, then 17.6 s; the bare checkpoints' "
+        "12.2 s, then 11.9 s). `python -m benchmarks.probe_send_all` (2026-12-02, "
+        "1,000,000 calls each, per call): a bare yield 3.24 us, send_nowait plus a yield "
+        "4.30 us, plus the cancel check (the least send_all's contract allows) "
+        "4.49-4.59 us, send_all itself 4.66-4.72 us (it was 5.27 us in the morning's "
+        "probe; the busy guard taken with `with` instead of inline measured 5.03 us). "
+        "Use send_nowait for tiny messages."
     ),
     "32 B send_all time vs send_nowait + bare checkpoints": (
         "The send_nowait time in this sum comes from a tight loop, where an append costs "
@@ -50,7 +56,7 @@ EXPLANATIONS: dict[str, str] = {
         "gathers frames (0.41 us). `python -m benchmarks.probe_send_all` shows the parts "
         "in one process with a muxer running. Runs on 2026-11-30 gave 1.22x-1.27x; on "
         "2026-12-01 the machine ran about 2x slower and this ratio moved with it; the "
-        "full runs of 2026-12-02 gave 1.28x and 1.36x."
+        "five full runs of 2026-12-02 gave 1.28x, 1.36x, 1.22x, 1.22x and 1.36x."
     ),
     "bulk 1 MiB vs raw trio socket (throughput)": (
         "This ratio moves a lot from run to run on this machine (the raw socket's own "
