@@ -85,7 +85,7 @@ from ._writer import Writer
 __all__ = ["Muxer", "open_muxer"]
 
 
-_RUNNING, _CLOSED = ConnectionState.OK, ConnectionState.CLOSED
+_CLOSED = ConnectionState.CLOSED
 #: Ends logged at DEBUG; the others (a failed transport, a broken protocol) at INFO.
 _ORDINARY_ENDS = frozenset({EndReason.PEER_CLOSED, EndReason.CLOSED})
 
