@@ -28,9 +28,11 @@ The muxer is the trio layer over a few objects, each with one job:
   flush policy that decides when the **writer** task (``Writer``, ``_writer``) takes
   them (at once after a quiet spell, when the program goes idle while it is busy, at
   64 KiB, within ``Config.max_flush_delay``).  Appending is synchronous, so a frame is
-  queued whole or not at all and cancellation cannot split one.  A lone message after
-  a quiet spell is written by its sender; over the socket path a large send goes to
-  the kernel with one ``writev`` from the caller's buffer.  Control frames go through
+  queued whole or not at all and cancellation cannot split one.  No sender ever waits
+  on the transport: over the socket path a lone message after a quiet spell, and a
+  large send, go to the kernel from the sender with non-blocking writes (a large one
+  with one ``writev`` from the caller's buffer), and what the kernel does not take is
+  the writer's; over the generic path only the writer task writes.  Control frames go through
   ``Writer.send_control`` and the one ``Encoder``.
 * The transport seam: ``StreamPath`` (``_stream_path``), the generic path over any
   ``trio.abc.Stream``'s own ``send_all`` and ``receive_some``, or ``SocketPath``
@@ -128,7 +130,6 @@ class Muxer:
         else:
             path = StreamPath(transport_stream)
             self._socket = None
-            self._queue.sender_send_all = transport_stream.send_all
         self._writer = Writer(
             transport_stream,
             self._socket,

@@ -3,9 +3,11 @@
 
 Every byte a stream sends is appended as whole frames, synchronously, so two streams'
 frames never interleave within a frame and a cancelled ``send_all`` leaves only whole
-frames behind.  The queue's writer (or, after a quiet spell, the sending task itself)
-writes them in order.  The stream's state decides whether it may send (``_can_send``)
-and what to raise when not (``_raise_send_error``).
+frames behind.  The queue's writer writes them in order (over the socket path, a
+sender may hand a lone message to the kernel with one non-blocking write); a sender
+never waits on the transport, so a cancelled ``send_all`` returns at once.  The
+stream's state decides whether it may send (``_can_send``) and what to raise when not
+(``_raise_send_error``).
 """
 
 from __future__ import annotations
@@ -175,9 +177,6 @@ class SendSide:
                     self._frame_into(out, data, size)
                     q.frames += 1
                 if len(out) >= q.wake_at:
-                    if not yielded and q.sender_may_write():
-                        await q.write_from_sender()  # a lone message: no writer pass
-                        return
                     q.queued(0)
                 if not yielded:
                     await _yield()

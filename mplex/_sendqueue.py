@@ -10,10 +10,12 @@ When to write is the subtle part (the flush policy, all of it here):
 
 * After a quiet spell, the first frame wakes the writer, which takes it at once
   together with whatever else that scheduler pass queued: a lone message waits for
-  nothing.  Better still, the task that queues it may write it itself, saving the
-  writer's scheduler pass: over the socket path with one synchronous non-blocking
-  write (``direct_write``), over any other transport from ``send_all``
-  (``write_from_sender``).
+  nothing.  Over the socket path the task that queues it may write it itself, saving
+  the writer's scheduler pass, with one synchronous non-blocking write
+  (``direct_write``).  Over any other transport only the writer writes: a sender that
+  awaited the transport's ``send_all`` could neither be cancelled (a write cut short
+  leaves half a frame on the wire) nor return while a peer that stopped reading held
+  the write up.
 * Frames that pile up *during* a write mean the program is busy sending.  Writing as
   soon as any sender yields would cost one transport write per message, so the writer
   waits until the program goes idle (``wait_for_idle``), then takes the whole buffer:
@@ -31,7 +33,6 @@ needs no other look at it.
 
 from __future__ import annotations
 
-import logging
 import sys
 import time
 from collections.abc import Awaitable, Callable
@@ -39,21 +40,16 @@ from collections.abc import Awaitable, Callable
 import trio
 from trio.testing import wait_all_tasks_blocked
 
-from ._logging import logger
-
 __all__ = ["FLUSH_AT", "SendQueue"]
 
 #: Queued bytes that make the writer stop waiting for idleness and write now.
 FLUSH_AT = 64 * 1024
 _NEVER = sys.maxsize
 #: Seconds without a write after which the task that queues a frame may write it
-#: itself.  Far above the gap between the writes of a busy sender (a few
-#: microseconds), below a network round trip (~90 us on loopback): a busy sender's
-#: frames still gather into the writer's large writes.
+#: itself (socket path).  Far above the gap between the writes of a busy sender,
+#: below a network round trip: a busy sender's frames still gather into the
+#: writer's large writes.
 QUIET = 50e-6
-#: Most bytes a sender writes itself on the generic path: a lone message (a request,
-#: a reply), which the transport takes at once unless its peer stopped reading.
-_SENDER_WRITE_MAX = 16 * 1024
 
 #: How the writer learns that the program has gone idle: every other task is blocked.
 #: The one place idle detection lives.  Its cost is program-wide while the writer waits
@@ -96,11 +92,6 @@ class SendQueue:
         #: Set by a transport path that can write from the sending task: called when
         #: a frame arrives for a parked writer; True if it wrote everything queued.
         self.direct_write: Callable[[], bool] | None = None
-        #: The generic path's ``send_all``, with which a sender may write a lone
-        #: message itself (``write_from_sender``); None over the socket path.
-        self.sender_send_all: Callable[[bytearray], Awaitable[None]] | None = None
-        #: A failure of a sender's own write, for the writer to handle.
-        self.failure: Exception | None = None
         self._delay = max_flush_delay
         self._writer_lot = trio.lowlevel.ParkingLot()
         self._writer_parked = False
@@ -123,50 +114,6 @@ class SendQueue:
         self._writer_parked = False
         self.wake_at = _NEVER
         self._writer_lot.unpark_all()
-
-    def sender_may_write(self) -> bool:
-        """True if the task that just queued the buffer may write it itself (generic
-        path): the writer is parked, nothing is being written, the transport has been
-        quiet for ``QUIET``, the batch is small, and frames are not being traced."""
-        return (
-            self._writer_parked
-            and not self.writing
-            and self.sender_send_all is not None
-            and len(self.buffer) <= _SENDER_WRITE_MAX
-            and time.perf_counter() - self.last_write >= QUIET
-            and not logger.isEnabledFor(logging.DEBUG)
-        )
-
-    async def write_from_sender(self) -> None:
-        """Write everything queued from the calling task (``sender_may_write`` held).
-
-        The write is shielded from cancellation: a transport write cancelled half-way
-        would leave part of a frame on the wire.  It is small and follows a quiet
-        spell, so it does not wait unless the peer stopped reading; then it ends when
-        the transport takes it or is closed (``Muxer.aclose``).  A failure goes to the
-        writer, which ends the send side with it.
-        """
-        send_all = self.sender_send_all
-        assert send_all is not None
-        data = self.buffer
-        self.buffer = bytearray()
-        self.control = 0
-        self.trace_skip = 0
-        self.writing = True
-        self.wake_at = _NEVER  # frames queued meanwhile wait for this write to end
-        try:
-            with trio.CancelScope(shield=True):
-                await send_all(data)
-        except Exception as exc:  # any failure of any transport: the send side is lost
-            self.failure = exc
-        else:
-            self.sent(len(data))
-        finally:
-            self.writing = False
-        self.wake_at = 0
-        if self.buffer or self.failure is not None:
-            self._wake_writer()
-        self.wake_senders()
 
     def append_control(self, frame: bytes) -> None:
         """Queue a control frame (it goes out whatever the queue holds)."""
@@ -206,10 +153,8 @@ class SendQueue:
 
     async def next_batch(self) -> tuple[bytearray, int]:
         """Wait until frames should be written; take them all.  Returns the frames
-        and their ``trace_skip`` (no frames once ``failure`` is set)."""
+        and their ``trace_skip``."""
         while True:
-            if self.failure is not None:
-                return bytearray(), 0
             if not self.buffer or self.writing:
                 self._writer_parked = True
                 self.wake_at = 0 if not self.writing else _NEVER

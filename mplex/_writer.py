@@ -58,9 +58,6 @@ class Writer:
         queue = self._queue
         while True:
             data, skip = await queue.next_batch()
-            if queue.failure is not None:  # a sender's own write failed
-                await self._on_failure(queue.failure)
-                return
             if logger.isEnabledFor(logging.DEBUG):  # one check per write, none per frame
                 self._log.trace_sent(data, skip)
             queue.writing = True
