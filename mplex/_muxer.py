@@ -252,7 +252,7 @@ class Muxer:
                 task_status.started()
         finally:
             self._life.end(MuxerClosed("the muxer's run() was cancelled"), final_state=_CLOSED)
-            await trio.aclose_forcefully(self._transport)
+            await self._close_transport()
             # Remote causes at INFO, never WARNING: see mplex._logging.
             level = logging.DEBUG if self.end_reason in _ORDINARY_ENDS else logging.INFO
             self._log.log(level, "connection ended: %s", describe(self._life.error))
@@ -271,7 +271,7 @@ class Muxer:
         if not life.running():
             await trio.lowlevel.checkpoint()
             if life.closed_after_break():
-                await trio.aclose_forcefully(self._transport)
+                await self._close_transport()
             return
         try:
             life.stop_sending(MuxerClosed("the muxer is closing"))
@@ -282,7 +282,19 @@ class Muxer:
                         await queue.wait_for_room()
         finally:
             life.end(MuxerClosed("the muxer was closed"), final_state=_CLOSED)
+            await self._close_transport()
+
+    async def _close_transport(self) -> None:
+        """Close the transport at once.  Its own failure to close (a peer that already
+        hung up, a TLS close_notify that cannot go) is logged and kept as the context of
+        ``end_error``, never raised: the connection has ended either way."""
+        try:
             await trio.aclose_forcefully(self._transport)
+        except Exception as exc:  # any transport's aclose(): the connection is gone anyway
+            self._log.debug("closing the transport failed: %r", exc)
+            error = self._life.error
+            if error is not None and error.__context__ is None:
+                error.__context__ = exc
 
     async def __aenter__(self) -> Muxer:
         """``async with Muxer(transport) as muxer:`` runs it for the block, like

@@ -291,8 +291,13 @@ class Reader:
             return True
         if not data:
             if not self._ended_by_failed_write():
-                error = ConnectionLost("the peer closed the connection", reason=EndReason.PEER_CLOSED)
-                self._fail(error, None)
+                if self.decoder.buffered:
+                    # Not a clean end: the transport ended inside a frame.
+                    cut = EOFError(f"the input ended inside a frame ({self.decoder.buffered} bytes of it)")
+                    self._fail(ConnectionLost("the transport ended in the middle of a frame"), cut)
+                else:
+                    error = ConnectionLost("the peer closed the connection", reason=EndReason.PEER_CLOSED)
+                    self._fail(error, None)
             return False
         if self._linger_scope is not None:
             self.input_progressed()

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import pytest
 import trio
 import trio.testing
 
 import mplex
 from mplex import Flag
-from tests.helpers import frame, muxer_pair, raw_pair, read_all, settle
+from tests.helpers import RawPeer, frame, muxer_pair, over_every_transport, raw_pair, read_all, settle
 
 
 class TestStartAndClose:
@@ -118,15 +121,22 @@ class TestTransportEnds:
                 await inbound.receive_some()
             assert [s async for s in muxer] == []  # a peer's EOF is a clean end
 
-    async def test_the_transport_ending_mid_frame_keeps_earlier_data_and_reports_it(self) -> None:
-        async with raw_pair() as (muxer, peer):
+    @over_every_transport
+    async def test_the_transport_ending_mid_frame_keeps_earlier_data_and_is_a_failure(
+        self, transport: Callable[[], Any]
+    ) -> None:
+        async with transport() as (a, b), mplex.open_muxer(a) as muxer:
+            peer = RawPeer(b)
             whole = frame(0, Flag.NEW_STREAM) + frame(0, Flag.MESSAGE_INITIATOR, b"complete")
             await peer.send(whole + frame(0, Flag.MESSAGE_INITIATOR, b"cut short")[:5])
             stream = await muxer.accept_stream()
             await peer.stream.aclose()
             assert await stream.receive_some() == b"complete"
-            with pytest.raises(mplex.ConnectionLost, match="peer closed"):
+            with pytest.raises(mplex.ConnectionLost, match="middle of a frame") as info:
                 await stream.receive_some()
+            assert info.value.reason is mplex.EndReason.TRANSPORT_FAILED
+            assert isinstance(info.value.__cause__, EOFError)
+            assert muxer.end_reason is mplex.EndReason.TRANSPORT_FAILED
 
     async def test_a_sender_blocked_on_a_full_buffer_wakes_when_the_transport_breaks(self) -> None:
         a, b = trio.testing.lockstep_stream_pair()  # send_all blocks until the peer reads
@@ -155,8 +165,14 @@ class TestTransportEnds:
 class FaultyTransport(trio.abc.Stream):
     """A custom transport that raises what no trio stream would (a bug below us)."""
 
-    def __init__(self, *, on_receive: BaseException | None = None, on_send: BaseException | None = None):
-        self.on_receive, self.on_send = on_receive, on_send
+    def __init__(
+        self,
+        *,
+        on_receive: BaseException | None = None,
+        on_send: BaseException | None = None,
+        on_close: BaseException | None = None,
+    ):
+        self.on_receive, self.on_send, self.on_close = on_receive, on_send, on_close
 
     async def send_all(self, data: bytes | bytearray | memoryview) -> None:
         await trio.lowlevel.checkpoint()
@@ -174,6 +190,8 @@ class FaultyTransport(trio.abc.Stream):
         raise AssertionError("unreachable")
 
     async def aclose(self) -> None:
+        if self.on_close is not None:  # before any checkpoint: even a forceful close sees it
+            raise self.on_close
         await trio.lowlevel.checkpoint()
 
 
@@ -189,6 +207,23 @@ class TestAnyTransportFailureIsALostConnection:
                 nursery.start_soon(muxer.run)
         assert muxer.end_reason is mplex.EndReason.TRANSPORT_FAILED
         assert muxer.end_error is not None and muxer.end_error.__cause__ is bug
+
+    @pytest.mark.parametrize("ending", ["peer hang-up", "aclose", "cancelled run"])
+    async def test_an_exception_from_the_transports_aclose_is_kept_not_raised(self, ending: str) -> None:
+        hang_up = trio.BrokenResourceError("the peer hung up")
+        failure = OSError("closing failed too")
+        receive_error = hang_up if ending == "peer hang-up" else None
+        transport = FaultyTransport(on_receive=receive_error, on_close=failure)
+        muxer = mplex.Muxer(transport)
+        with trio.fail_after(5):
+            async with trio.open_nursery() as nursery:
+                await nursery.start(muxer.run)
+                if ending == "aclose":
+                    await muxer.aclose()  # does not raise either
+                elif ending == "cancelled run":
+                    nursery.cancel_scope.cancel()
+        assert muxer.closed
+        assert muxer.end_error is not None and muxer.end_error.__context__ is failure
 
     async def test_an_exception_from_send_ends_the_send_side_with_its_cause(
         self, autojump_clock: trio.testing.MockClock
