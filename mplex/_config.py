@@ -36,7 +36,7 @@ class Config:
     * ``max_inbound_streams`` / ``max_outbound_streams``: open streams each way (1024).
     * ``accept_backlog``: streams waiting for ``accept_stream`` (1024).
     * ``accept_grace``: seconds unaccepted streams may hold up the reader (0.1).
-    * ``max_stream_name_size``: bytes of a peer's stream name kept (1024).
+    * ``max_stream_name_size``: longest stream name we send, and bytes of a peer's kept (1024).
     * ``max_flush_delay``: longest a frame waits when the program never idles (2 ms).
     * ``close_timeout``: seconds ``aclose()`` may spend flushing, and that the input
       may stay silent after a failed write before the connection ends (5).
@@ -116,8 +116,10 @@ class Config:
     #: transport anyway (a peer that never reads would otherwise hold it open).
     close_timeout: float = 5.0
 
-    #: Bytes of a peer-chosen stream name that are kept (names are for debugging only;
-    #: the rest is read and dropped).
+    #: Longest stream name, in bytes.  ``open_stream`` refuses a longer one with
+    #: ``ValueError`` before anything is taken or sent (names are for debugging only;
+    #: libp2p sends the stream number); of a peer's name this much is kept and the rest
+    #: read and dropped.  Our names must also fit one frame (``max_send_frame_size``).
     max_stream_name_size: int = 1024
 
     #: Longest time, in seconds, a queued frame waits for the writer when the program

@@ -80,7 +80,7 @@ from ._state import ConnectionState
 from ._stats import Counters, MuxerStats
 from ._stream import MplexStream
 from ._stream_path import StreamPath
-from ._streams import Streams, name_bytes
+from ._streams import Streams, name_bytes, name_limit
 from ._throttle import ReaderThrottle
 from ._writer import Writer
 
@@ -119,6 +119,7 @@ class Muxer:
         self._own_run: contextlib.AbstractAsyncContextManager[Muxer] | None = None
         # Send side.  The one encoder of every frame this connection sends.
         self._encoder = Encoder(config.max_send_frame_size)
+        self._name_limit = name_limit(config)
         self._queue = SendQueue(config.send_high_water, config.max_flush_delay)
         # The transport seam: a TCP socket is driven through its descriptor (the socket
         # fast path, POSIX only, unless Config.socket_fast_path is off); every other
@@ -329,10 +330,13 @@ class Muxer:
     async def open_stream(self, name: str | bytes | None = None) -> MplexStream:
         """Open a new stream; ``name`` is sent to the peer (default: the stream number).
 
+        A name longer than ``Config.max_stream_name_size`` bytes (or than one frame)
+        raises ``ValueError`` before anything is taken or sent.
+
         Waits while ``Config.max_outbound_streams`` of our streams are open (a stream
         stops counting once this side has closed or reset it).
         """
-        raw = name_bytes(name)
+        raw = name_bytes(name, self._name_limit)
         self._check_started()
         return await self._streams.open(raw, self._life.check_usable)
 

@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 import trio
 
-from ._codec import MAX_MESSAGE_SIZE, Encoder, Flag
+from ._codec import Encoder, Flag
 from ._config import Config
 from ._core import ConnectionCore
 from ._errors import ConnectionLost, MuxerClosed
@@ -23,12 +23,19 @@ from ._stats import Counters
 from ._stream import MplexStream
 from ._writer import Writer
 
-__all__ = ["Streams", "name_bytes"]
+__all__ = ["Streams", "name_bytes", "name_limit"]
 
 
-def name_bytes(name: str | bytes | None) -> bytes | None:
+def name_limit(config: Config) -> int:
+    """The longest name ``open_stream`` sends: ``Config.max_stream_name_size``, and
+    never more than one frame (``max_send_frame_size``)."""
+    return min(config.max_stream_name_size, config.max_send_frame_size)
+
+
+def name_bytes(name: str | bytes | None, limit: int) -> bytes | None:
     """A stream name as ``open_stream`` takes it, as the bytes to send (None: the
-    default); a wrong type or a name longer than one frame raises before anything is sent."""
+    default); a wrong type, or a name over ``limit`` bytes (``name_limit``), raises
+    before anything is taken or sent."""
     if name is None:
         return None
     if isinstance(name, str):
@@ -37,8 +44,11 @@ def name_bytes(name: str | bytes | None) -> bytes | None:
         raw = bytes(name)
     else:
         raise TypeError(f"a stream name is str, bytes or None, not {type(name).__name__}")
-    if len(raw) > MAX_MESSAGE_SIZE:
-        raise ValueError(f"a stream name must fit one frame ({MAX_MESSAGE_SIZE} bytes)")
+    if len(raw) > limit:
+        raise ValueError(
+            f"a stream name may have at most {limit} bytes (Config.max_stream_name_size, "
+            f"within one frame of Config.max_send_frame_size); this one has {len(raw)}"
+        )
     return raw
 
 

@@ -160,6 +160,34 @@ class TestArgumentTypes:
             await muxer.open_stream("next")
             assert await peer.receive_frames(1) == [mplex.Frame(0, Flag.NEW_STREAM, b"next")]
 
+    @pytest.mark.parametrize(
+        ("config", "length"),
+        [
+            (mplex.Config(), 1025),  # over max_stream_name_size
+            (mplex.Config(), 5_000),
+            (mplex.Config(max_stream_name_size=1_000_000), 64 * 1024 + 1),  # over one frame
+            (mplex.Config(max_stream_name_size=1_000_000), 1024 * 1024),
+        ],
+    )
+    async def test_a_name_over_the_limit_is_refused_before_anything_is_taken(
+        self, config: mplex.Config, length: int
+    ) -> None:
+        config = dataclasses.replace(config, max_outbound_streams=2)
+        async with raw_pair(config) as (muxer, peer):
+            for _ in range(3):  # more refusals than there are outbound slots
+                with pytest.raises(ValueError, match="max_stream_name_size"):
+                    await muxer.open_stream(b"n" * length)
+            assert muxer.stats.outbound_streams == 0 and muxer.stats.live_streams == 0
+            limit = min(config.max_stream_name_size, config.max_send_frame_size)
+            first = await muxer.open_stream(b"n" * limit)  # the longest allowed
+            second = await muxer.open_stream()
+            assert (first.id, second.id) == (0, 1)  # no id was taken by a refusal
+            frames = await peer.receive_frames(2)
+            assert frames == [
+                mplex.Frame(0, Flag.NEW_STREAM, b"n" * limit),
+                mplex.Frame(1, Flag.NEW_STREAM, b"1"),
+            ]
+
     async def test_one_protocol_id_as_a_str_is_one_id(self) -> None:
         async with muxer_pair() as (left, right):
             outbound = await left.open_stream()

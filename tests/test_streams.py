@@ -52,7 +52,7 @@ class TestIdentity:
 
     async def test_long_names_are_cut_to_the_configured_size(self) -> None:
         config = mplex.Config(max_stream_name_size=8)
-        async with muxer_pair(config=config) as (left, right):
+        async with muxer_pair(server_config=config) as (left, right):
             await left.open_stream("x" * 100)
             assert (await right.accept_stream()).name == "x" * 8
 
