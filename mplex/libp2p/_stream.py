@@ -70,7 +70,8 @@ class MplexMuxedStream(IMuxedStream):
     * ``read(n)`` returns up to ``n`` bytes as soon as any are there; ``read()`` reads
       to the end.  The end of the stream raises ``MplexStreamEOF`` (py-libp2p's
       ``MuxedStreamEOF``); a reset, or the connection's end, ``MplexStreamReset``.
-      Data that arrived before a reset is read first.
+      Data that arrived before a reset is read first: ``read()`` returns it, and the
+      next read raises the reset.
     * ``write`` never waits for a read: the stream is full duplex.  Concurrent
       writers take turns.  The first write, and the first after a read, goes out at
       once (``send_all``: a request or a reply).  The writes that follow it are a
@@ -136,9 +137,16 @@ class MplexMuxedStream(IMuxedStream):
         return data
 
     async def _read_to_end(self) -> bytes:
+        """Everything to the end of the stream.  A reset (or the connection's end)
+        after some data returns that data; the next read raises it."""
         chunks = []
-        while data := await self.stream.receive_some():
-            chunks.append(data)
+        try:
+            while data := await self.stream.receive_some():
+                chunks.append(data)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            if not chunks:
+                raise
+            # The stream keeps raising it: the next read gets the error.
         if not chunks:
             raise MplexStreamEOF("the peer closed the stream")
         return b"".join(chunks)

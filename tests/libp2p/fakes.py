@@ -24,7 +24,8 @@ class _End:
     def __init__(self) -> None:
         self.written: list[Any] = []
         self.fail_with: BaseException | None = None
-        self.stalled = False  # writes never complete (a peer that stopped reading)
+        self.stalled = False  # writes never complete (a peer that stopped reading)...
+        self.unstalled = trio.Event()  # ...unless a test gives up on them
         self.closed = False
         self.peer: _End | None = None
 
@@ -64,7 +65,7 @@ class MessagePipe(_End):
     async def write_msg(self, msg: bytes) -> None:
         self._check()
         if self.stalled:
-            await trio.sleep_forever()
+            await self.unstalled.wait()
         self.written.append(msg)
         try:
             await self.outbox.send(msg)

@@ -394,6 +394,52 @@ class TestTheStream:
             with pytest.raises(MuxedStreamReset):
                 await accepted.read(100)
 
+    async def test_reading_to_the_end_returns_what_arrived_before_a_reset(self) -> None:
+        async with connected() as (a, b, _):
+            out = await a.open_stream()
+            await out.write(b"kept")
+            accepted = await b.accept_stream()
+            await trio.testing.wait_all_tasks_blocked()
+            await out.reset()
+            await trio.testing.wait_all_tasks_blocked()
+            assert await accepted.read() == b"kept"
+            with pytest.raises(MuxedStreamReset):
+                await accepted.read(100)
+            with pytest.raises(MuxedStreamReset):
+                await accepted.read()
+
+    async def test_a_reply_to_a_peer_that_stopped_reading_honours_the_write_deadline(self) -> None:
+        dialer, _, pipe, _ = secure_session_pair()
+        conn = MplexMuxedConn(dialer, dialer.remote_peer)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(conn.start)
+            await conn.event_started.wait()
+            stream = await conn.open_stream()
+            # The NewStream frame is out and the link quiet; then the peer stops reading.
+            await trio.testing.wait_all_tasks_blocked(0.01)
+            await trio.sleep(0.002)
+            pipe.stalled = True
+            stream.set_write_deadline(0.5)
+            ended = trio.Event()
+
+            async def reply() -> None:
+                try:
+                    with contextlib.suppress(TimeoutError):
+                        await stream.write(b"reply")
+                finally:
+                    ended.set()
+
+            started = trio.current_time()
+            nursery.start_soon(reply)
+            with trio.move_on_after(10):
+                await ended.wait()
+            took = trio.current_time() - started
+            pipe.unstalled.set()  # a write held past its deadline may end now
+            await ended.wait()
+            # Queued (the send buffer has room) or timed out: either way, in time.
+            assert took < 0.5 + 1.0, f"the write took {took:.1f} s against a 0.5 s deadline"
+            await conn.close()
+
     async def test_a_deadline_bounds_reads_and_writes(self, autojump_clock: trio.testing.MockClock) -> None:
         async with connected() as (a, _, _):
             out = await a.open_stream()
