@@ -43,7 +43,8 @@ class Config:
     * ``abuse_window``, ``max_unknown_stream_frames``, ``max_refused_streams``,
       ``max_resets_received``, ``max_ignored_frames``: abuse budgets per sliding window
       (10 s; 1,000; 1,000; 10,000; 10,000); going over one closes the connection with
-      a ``ProtocolError``.
+      a ``ProtocolError``.  Frames for finished streams count as ignored frames.
+    * ``frames_per_yield``: frames the reader dispatches before it yields (1024).
     * ``socket_fast_path``: drive a ``trio.SocketStream``'s descriptor directly (True).
     * ``prime_allocator``: tune glibc's malloc for large buffers when the first muxer
       starts (True).
@@ -131,9 +132,9 @@ class Config:
     #: going over one closes the connection with a ``ProtocolError`` naming it.
     abuse_window: float = 10.0
 
-    #: Frames for streams that never existed (frames for streams that finished
-    #: recently are expected after a close or reset, and never count).  A legitimate
-    #: peer sends none; 1,000 per window leaves room for a peer with bugs.
+    #: Frames for streams that never existed (frames for streams that finished count
+    #: against ``max_ignored_frames``).  A legitimate peer sends none; 1,000 per window
+    #: leaves room for a peer with bugs.
     max_unknown_stream_frames: int = 1_000
 
     #: NewStream frames refused because a stream limit or the accept backlog was full.
@@ -144,10 +145,17 @@ class Config:
     #: so the budget is high: it only stops open-and-reset storms.
     max_resets_received: int = 10_000
 
-    #: Frames that change nothing on a live stream: zero-length Messages, repeated
-    #: Closes, data after the peer's own Close.  Each costs the event loop more than
-    #: the two bytes of wire it takes, so a flood of them is a cheap attack.
+    #: Frames that change nothing: zero-length Messages, repeated Closes, data after
+    #: the peer's own Close, and any frame for a stream that has finished (a few cross
+    #: a close or reset; a flood of them is an attack).  Each costs the event loop more
+    #: than the two bytes of wire it takes, so a flood of them is a cheap attack.
+    #: (Adjacent Message frames of one stream in one read count once.)
     max_ignored_frames: int = 10_000
+
+    #: Most frames the reader dispatches before it lets other tasks run.  One read can
+    #: hold a hundred thousand tiny frames; without a bound, another connection's ping
+    #: would wait for all of them.  (Adjacent Message frames of one stream count once.)
+    frames_per_yield: int = 1024
 
     #: Over a ``trio.SocketStream`` on POSIX, read and write the socket's descriptor
     #: directly (``os.read``/``os.write``/``os.writev``, only ever non-blocking) instead

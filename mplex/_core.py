@@ -152,13 +152,15 @@ class ConnectionCore(Generic[S]):
     # -- abuse -----------------------------------------------------------------------------
 
     def dropped_unknown(self, header: int, now: float) -> None:
-        """A frame for no live stream.  Late frames for a stream that finished recently
-        are expected (they crossed our close or reset); frames for a stream that never
-        existed are spent from the abuse budget."""
+        """A frame for no live stream.  Late frames for a stream that finished are
+        expected (they crossed our close or reset), but change nothing: they are spent
+        from ``ignored_budget``, like any frame that changes nothing, so a peer cannot
+        flood a finished stream for free.  Frames for a stream that never existed are
+        spent from ``unknown_budget``."""
         key = key_of(header)
-        if key & 1 and header >> 3 < self.next_id:
-            return  # one of our streams, finished: the peer may still be sending on it
-        if key not in self._tombstones:
+        if (key & 1 and header >> 3 < self.next_id) or key in self._tombstones:
+            self.spend(self.ignored_budget, now)  # one of ours, or one remembered
+        else:
             self.spend(self.unknown_budget, now)
 
     def spend(self, budget: SlidingBudget, now: float) -> None:

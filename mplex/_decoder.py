@@ -41,11 +41,25 @@ class Decoder:
     after that the decoder must not be used again.
     """
 
-    def __init__(self, max_message_size: int = MAX_MESSAGE_SIZE, *, coalesce: bool = False) -> None:
+    def __init__(
+        self,
+        max_message_size: int = MAX_MESSAGE_SIZE,
+        *,
+        coalesce: bool = False,
+        frames_per_feed: int | None = None,
+    ) -> None:
         if max_message_size < 0:
             raise ValueError("max_message_size must not be negative")
+        if frames_per_feed is not None and frames_per_feed < 1:
+            raise ValueError("frames_per_feed must be at least 1")
         self.max_message_size = max_message_size
         self.coalesce = coalesce
+        #: Most frames one ``feed_raw``/``resume_raw`` call decodes one by one (runs of
+        #: equal Message frames taken whole count once); the rest of the chunk waits,
+        #: unparsed, for ``resume_raw`` (``pending``).  None: no bound.  This bounds the
+        #: work a caller does between two yields, whatever a peer packs into one chunk.
+        self.frames_per_feed = frames_per_feed
+        self._rest: tuple[bytes, int, int] | None = None  # (chunk, position, its offset)
         #: Frames decoded so far (before any coalescing).
         self.frames_decoded = 0
         self._offset = 0  # stream offset of the start of the next fed chunk
@@ -58,7 +72,13 @@ class Decoder:
     @property
     def buffered(self) -> int:
         """Bytes received but not yet returned as part of a frame."""
-        return len(self._tail) + self._have
+        rest = 0 if self._rest is None else len(self._rest[0]) - self._rest[1]
+        return len(self._tail) + self._have + rest
+
+    @property
+    def pending(self) -> bool:
+        """True while part of a fed chunk waits for ``resume_raw`` (``frames_per_feed``)."""
+        return self._rest is not None
 
     @property
     def offset(self) -> int:
@@ -79,7 +99,12 @@ class Decoder:
         return [Frame(h >> 3, Flag(h & 7), body) for h, body in raw]
 
     def feed_raw(self, data: bytes | bytearray | memoryview) -> list[RawFrame]:
-        """Like ``feed()``, returning ``(header, body)`` tuples: cheaper on the hot path."""
+        """Like ``feed()``, returning ``(header, body)`` tuples: cheaper on the hot path.
+
+        With ``frames_per_feed`` set, it may stop early: then ``pending`` is True and
+        ``resume_raw()`` must be called (until ``pending`` is False) before more data."""
+        if self._rest is not None:
+            raise RuntimeError("Decoder.resume_raw() first: part of the last chunk is pending")
         if type(data) is not bytes:
             data = bytes(data)
         base = self._offset
@@ -97,6 +122,21 @@ class Decoder:
                     return out
             if pos < len(data):
                 self._scan(data, pos, base, out)
+        except ProtocolError as exc:
+            exc.decoded = out
+            raise
+        return out
+
+    def resume_raw(self) -> list[RawFrame]:
+        """The next frames of the chunk that ``feed_raw`` left ``pending``."""
+        rest = self._rest
+        if rest is None:
+            return []
+        self._rest = None
+        data, pos, base = rest
+        out: list[RawFrame] = []
+        try:
+            self._scan(data, pos, base, out)
         except ProtocolError as exc:
             exc.decoded = out
             raise
@@ -194,8 +234,13 @@ class Decoder:
         run_header = -1  # header of the run of Message frames being merged
         run: list[bytes] = []
         count = 0
+        steps_left = self.frames_per_feed or -1
         try:
             while pos < n:
+                if not steps_left:
+                    self._rest = (data, pos, base)  # the caller yields, then resumes
+                    return
+                steps_left -= 1
                 h = data[pos]
                 # Fast path: one-byte header (stream id < 16) and one-byte length.
                 if h < 0x80 and pos + 1 < n and data[pos + 1] < 0x80 and h & 7 != 7:

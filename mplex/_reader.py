@@ -75,8 +75,11 @@ class Reader:
         self._socket = path if isinstance(path, SocketPath) else None
         #: The read turn (whichever transport path it is).
         self.turn: ReadTurn = path
-        #: Decodes everything the transport delivers.
-        self.decoder = Decoder(config.max_message_size, coalesce=True)
+        #: Decodes everything the transport delivers, at most
+        #: ``Config.frames_per_yield`` frames between two yields of the reader.
+        self.decoder = Decoder(
+            config.max_message_size, coalesce=True, frames_per_feed=config.frames_per_yield
+        )
         #: What the reader task is doing (``MuxerStats.reader``).
         self.state = "reading"
         # After a failed write: why the send side ended, and the scope whose deadline
@@ -104,7 +107,12 @@ class Reader:
             return
         running = self._running
         receive_some = path.receive_some
+        decoder = self.decoder
         while running():
+            if decoder.pending:
+                if not await self._consume_pending():
+                    return
+                continue
             if path.borrower is not None:
                 await self._lend(path, until_idle=True)
                 continue
@@ -127,10 +135,17 @@ class Reader:
                         self.state = "reading"
                     if not self._consume(data):
                         return
+                    if decoder.pending:
+                        break  # the rest of this read first, between yields
 
     async def _read_socket_loop(self, path: SocketPath) -> None:
         running = self._running
+        decoder = self.decoder
         while running():
+            if decoder.pending:
+                if not await self._consume_pending():
+                    return
+                continue
             if self._throttle.should_pause():
                 await self._throttle.pause()
             if path.borrower is not None:
@@ -208,6 +223,7 @@ class Reader:
         return (
             self.turn.borrower is None
             and self.turn.lends
+            and not self.decoder.pending
             and not (bulk and self._socket is None)
             and not self._unread.total
             and not self._throttle.blocked
@@ -264,7 +280,7 @@ class Reader:
                 path.move_reader_aside()
                 waited = True
                 await path.wait_reader_out()  # it may deliver what it had read meanwhile
-            if stream._waiting_for_data() and self._running():
+            if stream._waiting_for_data() and self._running() and not self.decoder.pending:
                 waited = True
                 path.borrower_waiting = stream
                 try:
@@ -280,6 +296,14 @@ class Reader:
         return waited
 
     # -- what was read ----------------------------------------------------------------------
+
+    async def _consume_pending(self) -> bool:
+        """The rest of a read that held more than ``Config.frames_per_yield`` frames: yield,
+        then the next of them; False once the connection has ended."""
+        await trio.lowlevel.cancel_shielded_checkpoint()
+        if not self._running():
+            return False
+        return self._decoded(self.decoder.resume_raw, None)
 
     def _consume(self, data: bytes | bytearray) -> bool:
         """Decode and dispatch one chunk read from the transport; False once the
@@ -302,9 +326,18 @@ class Reader:
         if self._linger_scope is not None:
             self.input_progressed()
         self._stats.bytes_received += len(data)
+        decoder = self.decoder
+        while decoder.pending:  # rare: a borrower's read while the reader still had some
+            if not self._decoded(decoder.resume_raw, None):
+                return False
+        return self._decoded(decoder.feed_raw, data)
+
+    def _decoded(self, feed: Callable[..., list[RawFrame]], data: bytes | bytearray | None) -> bool:
+        """Dispatch what ``feed(data)`` (or ``feed()``) decodes; False once it broke
+        the protocol (the connection has then ended)."""
         try:
             try:
-                frames = self.decoder.feed_raw(data)
+                frames = feed() if data is None else feed(data)
             except ProtocolError as exc:
                 self._dispatch(exc.decoded)
                 raise

@@ -3,6 +3,10 @@ frames never count."""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Callable
+from typing import Any
+
 import pytest
 import trio
 import trio.testing
@@ -10,7 +14,7 @@ import trio.testing
 import mplex
 from mplex import Flag
 from mplex._budget import SlidingBudget
-from tests.helpers import frame, raw_pair, settle
+from tests.helpers import RawPeer, frame, over_every_transport, raw_pair, settle
 
 
 class TestSlidingBudget:
@@ -67,9 +71,67 @@ class TestBudgetsCloseFloods:
                 await muxer.accept_stream()
             assert "Config.max_resets_received" in await lost_because(muxer)
 
+    @over_every_transport
+    @pytest.mark.parametrize("whose", ["ours", "theirs"])
+    @pytest.mark.parametrize("flag", [Flag.CLOSE_INITIATOR, Flag.MESSAGE_INITIATOR])
+    async def test_a_flood_aimed_at_a_finished_stream_is_cut(
+        self, transport: Callable[[], Any], whose: str, flag: Flag
+    ) -> None:
+        config = mplex.Config(max_ignored_frames=100)
+        async with transport() as (a, b), mplex.open_muxer(a, config) as muxer:
+            peer = RawPeer(b)
+            if whose == "ours":
+                (await muxer.open_stream()).reset()  # stream 0, finished here
+                flag = Flag(flag + 1)  # the peer answers on our stream with odd flags
+            else:
+                await peer.send(frame(0, Flag.NEW_STREAM), frame(0, Flag.RESET_INITIATOR))
+                await muxer.accept_stream()
+            # Frames for stream 0 and for stream 0 of the other side alternate, so that
+            # no two Message frames in a row merge: each one counts.
+            other = Flag(flag ^ 1)
+            flood = b"".join(frame(0, flag if i % 2 else other, b"x") for i in range(1000))
+            with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+                await peer.send(flood)
+            assert "Config.max_ignored_frames" in await lost_because(muxer)
+
+    @over_every_transport
+    async def test_a_flood_in_one_read_lets_other_tasks_run(self, transport: Callable[[], Any]) -> None:
+        # Budgets high enough that the whole flood is dispatched.
+        per_yield = 64
+        config = mplex.Config(max_ignored_frames=10**9, frames_per_yield=per_yield)
+        flood_frames = 100_000
+        async with transport() as (a, b), mplex.open_muxer(a, config) as muxer:
+            peer = RawPeer(b)
+            await peer.send(frame(0, Flag.NEW_STREAM), frame(1, Flag.NEW_STREAM))
+            finished, live = await muxer.accept_stream(), await muxer.accept_stream()
+            await peer.send(frame(0, Flag.CLOSE_INITIATOR))
+            await finished.aclose()  # stream 0 is finished; repeated Closes for it change nothing
+            turns = 0
+            done = False
+
+            async def other_task() -> None:
+                nonlocal turns
+                while not done:
+                    await trio.lowlevel.checkpoint()
+                    turns += 1
+
+            async with trio.open_nursery() as nursery:
+                await settle()  # the Closes are out and in
+                nursery.start_soon(other_task)
+                await peer.send(
+                    frame(0, Flag.CLOSE_INITIATOR) * flood_frames + frame(1, Flag.MESSAGE_INITIATOR, b"!")
+                )
+                with trio.fail_after(30):
+                    assert await live.receive_some() == b"!"
+                done = True
+            assert not muxer.closed
+            # The other task ran at least once per frames_per_yield frames (half of it,
+            # to allow for reads that ended early), not once per transport read.
+            assert turns >= flood_frames // per_yield // 2, turns
+
 
 class TestNoFalsePositives:
-    async def test_late_frames_for_finished_streams_never_count(self) -> None:
+    async def test_late_frames_for_finished_streams_are_not_unknown_streams(self) -> None:
         async with raw_pair(mplex.Config(max_unknown_stream_frames=5)) as (muxer, peer):
             for stream in (await muxer.open_stream(), await muxer.open_stream()):
                 stream.reset()  # the peer has not seen the resets yet and keeps sending

@@ -122,7 +122,6 @@ class TestLimits:
             assert decoder.buffered <= limit
         assert decoder.buffered == 0
 
-
     def test_a_body_in_tiny_chunks_costs_its_bytes_not_an_object_per_chunk(self) -> None:
         body = bytes(range(256)) * 256  # 64 KiB, fed one byte at a time
         wire = frame(3, Flag.MESSAGE_INITIATOR, body)
@@ -260,6 +259,46 @@ class TestAbsorb:
         assert out == expected
         assert decoder.buffered == 0
         assert decoder.offset == len(wire)
+
+
+class TestFramesPerFeed:
+    """``frames_per_feed`` bounds the frames one call decodes; the rest waits, unparsed,
+    for ``resume_raw``, and nothing is lost or reordered."""
+
+    def test_a_chunk_is_decoded_in_steps_of_at_most_the_bound(self) -> None:
+        wire = b"".join(frame(i, Flag.CLOSE_INITIATOR) for i in range(10)) + frame(3, Flag.NEW_STREAM)[:1]
+        decoder = Decoder(frames_per_feed=3)
+        steps = [decoder.feed_raw(wire)]
+        while decoder.pending:
+            with pytest.raises(RuntimeError, match="resume_raw"):
+                decoder.feed_raw(b"")
+            steps.append(decoder.resume_raw())
+        assert [len(step) for step in steps] == [3, 3, 3, 1]
+        assert [h >> 3 for step in steps for h, _ in step] == list(range(10))
+        assert decoder.buffered == 1  # the cut prefix, kept for the next chunk
+        assert decoder.feed_raw(frame(3, Flag.NEW_STREAM)[1:]) == [(3 << 3, b"")]
+
+    @given(st.lists(st.binary(max_size=40), max_size=60), st.integers(1, 8), st.integers(1, 64))
+    @settings(max_examples=200, deadline=None)
+    def test_bounded_steps_decode_what_one_feed_does(self, bodies: list[bytes], bound: int, cut: int) -> None:
+        wire = b"".join(
+            frame(i % 5, Flag.MESSAGE_INITIATOR if i % 3 else Flag.CLOSE_RECEIVER, b)
+            for i, b in enumerate(bodies)
+        )
+        whole = Decoder(coalesce=True).feed_raw(wire)
+        stepped = Decoder(coalesce=True, frames_per_feed=bound)
+        got = []
+        for start in range(0, len(wire), cut):
+            got += stepped.feed_raw(wire[start : start + cut])
+            while stepped.pending:
+                got += stepped.resume_raw()
+        merged: list[tuple[int, bytes]] = []  # chunk and step boundaries split merged runs
+        for header, body in got:
+            if merged and merged[-1][0] == header and header & 7 in (1, 2):
+                merged[-1] = (header, merged[-1][1] + body)
+            else:
+                merged.append((header, body))
+        assert merged == whole
 
 
 class TestRoundTrips:
