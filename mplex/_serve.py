@@ -16,14 +16,14 @@ import trio
 
 from ._codec import PROTOCOL_ID
 from ._config import Config
-from ._errors import MuxerClosed
+from ._errors import ConnectionLost, MuxerClosed
 from ._logging import ConnectionLog, logger
 from ._multistream import NegotiationError
 from ._muxer import Muxer
 from ._negotiation import accept_protocol
 from ._stream import MplexStream
 
-__all__ = ["StreamHandler", "serve_connection", "serve_listeners", "serve_tcp"]
+__all__ = ["LOGGED_HANDLER_ERRORS", "StreamHandler", "serve_connection", "serve_listeners", "serve_tcp"]
 
 StreamHandler = Callable[[MplexStream], Awaitable[object]]
 """``async def handler(stream: mplex.MplexStream) -> None``: serves one inbound stream."""
@@ -38,29 +38,122 @@ async def serve_connection(
     *,
     config: Config | None = None,
     negotiate: bool = False,
+    idle_timeout: float | None = None,
 ) -> Muxer | None:
     """Serve one connection until it ends; return its (ended) muxer.
 
     Runs ``handler(stream)`` in a task of its own for every stream the peer opens.
     When a handler returns, its stream is closed (``aclose``); when it raises, its
     stream is reset, and the error is logged (at DEBUG if it is the stream or the
-    connection ending under it, with a traceback at ERROR otherwise): the connection
-    and its other streams go on.  Returns once the connection has ended, for whatever
-    reason (``Muxer.end_reason`` says which), and every handler has returned.
+    connection ending under it, with a traceback at ERROR otherwise, for the first
+    ``LOGGED_HANDLER_ERRORS`` of a connection, then only counted): the connection and
+    its other streams go on.
+
+    At most ``Config.max_inbound_streams`` handlers run at once; a handler counts until
+    it returns, even after the peer reset its stream, and further streams wait in the
+    accept backlog meanwhile (``Config.accept_backlog``; beyond it they are refused).
+    When the connection ends, handlers still running get ``Config.close_timeout``
+    seconds to return, then are cancelled.  With ``idle_timeout`` (seconds), the
+    connection is closed once nothing has arrived from the peer and no handler has
+    run for that long.  Returns once the connection has ended, for whatever reason
+    (``Muxer.end_reason`` says which), and every handler has returned.
 
     With ``negotiate=True`` it first agrees on ``/mplex/6.7.0`` with multistream-select,
     as libp2p peers do on a raw connection; a peer that fails to within
     ``NEGOTIATION_TIMEOUT`` seconds is disconnected and None returned.
     """
+    _check_idle_timeout(idle_timeout)
     if negotiate and not await _negotiated(transport):
         return None
     muxer = Muxer(transport, config)
-    log = ConnectionLog(muxer.name)
+    connection = _Connection(muxer)
     async with trio.open_nursery() as nursery:
         await nursery.start(muxer.run)
-        async for stream in muxer:
-            nursery.start_soon(_serve_stream, handler, stream, log)
+        if idle_timeout is not None:
+            nursery.start_soon(connection.close_when_idle, idle_timeout)
+        async with trio.open_nursery() as handlers:
+            limiter = connection.limiter
+            while True:
+                await limiter.acquire()  # a free handler slot before the next stream
+                try:
+                    stream = await muxer.accept_stream()
+                except (MuxerClosed, ConnectionLost):
+                    limiter.release()
+                    break
+                handlers.start_soon(connection.serve_stream, handler, stream)
+            # The connection has ended: handlers still running get close_timeout.
+            handlers.cancel_scope.deadline = trio.current_time() + muxer.config.close_timeout
+        nursery.cancel_scope.cancel()  # the idle watch
+    connection.log_summary()
     return muxer
+
+
+#: Handler errors of one connection logged in full (at ERROR, with a traceback); the
+#: rest are counted, and the count is logged when the connection ends.
+LOGGED_HANDLER_ERRORS = 5
+
+
+class _Connection:
+    """What ``serve_connection`` keeps of one connection: the handler slots, when the
+    peer was last heard from, and the handler errors logged so far."""
+
+    def __init__(self, muxer: Muxer) -> None:
+        self.muxer = muxer
+        self.log = ConnectionLog(muxer.name)
+        self.slots = max(1, muxer.config.max_inbound_streams)
+        #: One token per handler that may run (a Semaphore: taken by the accept loop,
+        #: given back by the handler's task).
+        self.limiter = trio.Semaphore(self.slots)
+        self.errors_logged = 0
+        self.errors_unlogged = 0
+
+    async def serve_stream(self, handler: StreamHandler, stream: MplexStream) -> None:
+        try:
+            await handler(stream)
+        except (trio.BrokenResourceError, MuxerClosed) as exc:  # the stream or connection ended under it
+            self.log.debug("stream %d (%s): handler ended: %s", stream.id, stream.name, exc)
+            stream.reset()
+        except Exception:
+            if self.errors_logged < LOGGED_HANDLER_ERRORS:
+                self.errors_logged += 1
+                self.log.exception("stream %d (%s): the handler raised", stream.id, stream.name)
+            else:
+                self.errors_unlogged += 1
+            stream.reset()
+        else:
+            await stream.aclose()
+        finally:
+            self.limiter.release()
+
+    async def close_when_idle(self, idle_timeout: float) -> None:
+        """Close the connection once nothing has arrived and no handler has run for
+        ``idle_timeout`` seconds (looked at four times per ``idle_timeout``)."""
+        heard = self.muxer.stats.bytes_received
+        quiet_since = trio.current_time()
+        while True:
+            await trio.sleep(idle_timeout / 4)
+            now, received = trio.current_time(), self.muxer.stats.bytes_received
+            if received != heard or self.limiter.value < self.slots:
+                heard, quiet_since = received, now
+            elif now - quiet_since >= idle_timeout:
+                self.log.info("closing the connection: idle for %g s (idle_timeout)", idle_timeout)
+                await self.muxer.aclose()
+                return
+
+    def log_summary(self) -> None:
+        if self.errors_unlogged:
+            self.log.error(
+                "%d more handler errors on this connection were not logged (the first %d were)",
+                self.errors_unlogged,
+                LOGGED_HANDLER_ERRORS,
+            )
+
+
+def _check_idle_timeout(idle_timeout: float | None) -> None:
+    if idle_timeout is not None and (
+        isinstance(idle_timeout, bool) or not isinstance(idle_timeout, int | float) or not idle_timeout > 0
+    ):
+        raise ValueError(f"idle_timeout must be a positive number of seconds or None, not {idle_timeout!r}")
 
 
 async def serve_listeners(
@@ -69,21 +162,42 @@ async def serve_listeners(
     *,
     config: Config | None = None,
     negotiate: bool = False,
+    idle_timeout: float | None = None,
+    max_connections: int | None = None,
     task_status: trio.TaskStatus[Sequence[trio.abc.Listener[Any]]] = trio.TASK_STATUS_IGNORED,
 ) -> NoReturn:
     """Accept connections on ``listeners`` forever, serving each with
-    ``serve_connection(connection, handler, config=config, negotiate=negotiate)``.
+    ``serve_connection(connection, handler, config=config, negotiate=negotiate,
+    idle_timeout=idle_timeout)``.
 
     Any ``trio.abc.Listener`` of ``trio.abc.Stream`` works: TCP, ``trio.SSLListener``,
-    a Unix socket.  No connection, peer or handler can stop the others.  Started
-    with ``nursery.start``, it returns the listeners, like ``trio.serve_listeners``.
+    a Unix socket.  No connection, peer or handler can stop the others.  With
+    ``max_connections``, a connection that arrives while that many are being served
+    is closed at once (logged at INFO).  Started with ``nursery.start``, it returns the
+    listeners, like ``trio.serve_listeners``.
     """
+    _check_idle_timeout(idle_timeout)
+    if max_connections is not None and (
+        isinstance(max_connections, bool) or not isinstance(max_connections, int) or max_connections < 1
+    ):
+        raise ValueError(f"max_connections must be a positive int or None, not {max_connections!r}")
+    serving = 0
 
     async def serve_one(transport: trio.abc.Stream) -> None:
+        nonlocal serving
+        if max_connections is not None and serving >= max_connections:
+            logger.info("connection refused: %d connections are being served (max_connections)", serving)
+            await trio.aclose_forcefully(transport)
+            return
+        serving += 1
         try:
-            await serve_connection(transport, handler, config=config, negotiate=negotiate)
+            await serve_connection(
+                transport, handler, config=config, negotiate=negotiate, idle_timeout=idle_timeout
+            )
         except Exception:  # a bug of ours: log it and keep serving the others
             logger.exception("internal error while serving a connection")
+        finally:
+            serving -= 1
 
     await trio.serve_listeners(serve_one, list(listeners), task_status=task_status)
 
@@ -96,16 +210,28 @@ async def serve_tcp(
     backlog: int | None = None,
     config: Config | None = None,
     negotiate: bool = False,
+    idle_timeout: float | None = None,
+    max_connections: int | None = None,
     task_status: trio.TaskStatus[Sequence[trio.abc.Listener[Any]]] = trio.TASK_STATUS_IGNORED,
 ) -> NoReturn:
     """Listen on TCP ``port`` (0 picks a free one) and serve mplex forever: see
-    ``serve_listeners``.  ``host`` and ``backlog`` are ``trio.open_tcp_listeners``'s.
+    ``serve_listeners`` (``idle_timeout`` and ``max_connections`` too).  ``host`` and
+    ``backlog`` are ``trio.open_tcp_listeners``'s.
 
     ``await nursery.start(mplex.serve_tcp, handler, 0)`` returns the listeners, from
     which ``listeners[0].socket.getsockname()`` gives the port.
     """
+    _check_idle_timeout(idle_timeout)
     listeners = await trio.open_tcp_listeners(port, host=host, backlog=backlog)
-    await serve_listeners(handler, listeners, config=config, negotiate=negotiate, task_status=task_status)
+    await serve_listeners(
+        handler,
+        listeners,
+        config=config,
+        negotiate=negotiate,
+        idle_timeout=idle_timeout,
+        max_connections=max_connections,
+        task_status=task_status,
+    )
 
 
 async def _negotiated(transport: trio.abc.Stream) -> bool:
@@ -117,16 +243,3 @@ async def _negotiated(transport: trio.abc.Stream) -> bool:
         await trio.aclose_forcefully(transport)
         return False
     return True
-
-
-async def _serve_stream(handler: StreamHandler, stream: MplexStream, log: ConnectionLog) -> None:
-    try:
-        await handler(stream)
-    except (trio.BrokenResourceError, MuxerClosed) as exc:  # the stream or connection ended under it
-        log.debug("stream %d (%s): handler ended: %s", stream.id, stream.name, exc)
-        stream.reset()
-    except Exception:
-        log.exception("stream %d (%s): the handler raised", stream.id, stream.name)
-        stream.reset()
-    else:
-        await stream.aclose()
