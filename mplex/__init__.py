@@ -51,6 +51,7 @@ if TYPE_CHECKING:
     from ._muxer import open_muxer as open_muxer
     from ._negotiation import accept_protocol as accept_protocol
     from ._negotiation import select_protocol as select_protocol
+    from ._serve import LOGGED_HANDLER_ERRORS as LOGGED_HANDLER_ERRORS
     from ._serve import StreamHandler as StreamHandler
     from ._serve import serve_connection as serve_connection
     from ._serve import serve_listeners as serve_listeners
@@ -93,6 +94,7 @@ _HOMES = {
     "open_muxer": "._muxer",
     "accept_protocol": "._negotiation",
     "select_protocol": "._negotiation",
+    "LOGGED_HANDLER_ERRORS": "._serve",
     "StreamHandler": "._serve",
     "serve_connection": "._serve",
     "serve_listeners": "._serve",
@@ -105,6 +107,7 @@ _HOMES = {
 __version__ = "0.1.0"
 
 __all__ = [
+    "LOGGED_HANDLER_ERRORS",
     "MAX_MESSAGE_SIZE",
     "MAX_PROTOCOL_MESSAGE_SIZE",
     "MAX_STREAM_ID",

@@ -104,10 +104,12 @@ class _Connection:
         #: One token per handler that may run (a Semaphore: taken by the accept loop,
         #: given back by the handler's task).
         self.limiter = trio.Semaphore(self.slots)
+        self.running = 0  # handlers running now
         self.errors_logged = 0
         self.errors_unlogged = 0
 
     async def serve_stream(self, handler: StreamHandler, stream: MplexStream) -> None:
+        self.running += 1
         try:
             await handler(stream)
         except (trio.BrokenResourceError, MuxerClosed) as exc:  # the stream or connection ended under it
@@ -123,6 +125,7 @@ class _Connection:
         else:
             await stream.aclose()
         finally:
+            self.running -= 1
             self.limiter.release()
 
     async def close_when_idle(self, idle_timeout: float) -> None:
@@ -133,7 +136,7 @@ class _Connection:
         while True:
             await trio.sleep(idle_timeout / 4)
             now, received = trio.current_time(), self.muxer.stats.bytes_received
-            if received != heard or self.limiter.value < self.slots:
+            if received != heard or self.running:
                 heard, quiet_since = received, now
             elif now - quiet_since >= idle_timeout:
                 self.log.info("closing the connection: idle for %g s (idle_timeout)", idle_timeout)

@@ -1,0 +1,202 @@
+"""What a server spends on a peer is bounded: handlers per connection, their life after
+the connection ends, idle connections, connections at once, and error logs."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import trio
+import trio.testing
+
+import mplex
+from tests.helpers import over_every_transport, settle
+
+
+def task_count() -> int:
+    """Every task of this trio run, found from the root task."""
+    count = 0
+    stack = [trio.lowlevel.current_root_task()]
+    while stack:
+        task = stack.pop()
+        count += 1
+        for nursery in task.child_nurseries:
+            stack.extend(nursery.child_tasks)
+    return count
+
+
+@over_every_transport
+async def test_no_more_handlers_run_than_max_inbound_streams(transport: Callable[[], Any]) -> None:
+    config = mplex.Config(max_inbound_streams=4)
+    backend = trio.Event()  # a slow backend the handlers wait on
+    running = most = handled = 0
+
+    async def handler(stream: mplex.MplexStream) -> None:
+        nonlocal running, most, handled
+        running += 1
+        most = max(most, running)
+        try:
+            await backend.wait()
+        finally:
+            running -= 1
+            handled += 1
+
+    async with transport() as (a, b), trio.open_nursery() as nursery:
+        nursery.start_soon(lambda: mplex.serve_connection(a, handler, config=config))
+        async with mplex.open_muxer(b) as client:
+            for _ in range(50):  # open, request, reset: the handler's stream is gone
+                stream = await client.open_stream()
+                await stream.send_all(b"request")
+                stream.reset()
+                await trio.testing.wait_all_tasks_blocked(0.01)
+            assert most == config.max_inbound_streams
+            backend.set()
+            await settle()
+        assert most == config.max_inbound_streams
+        assert handled >= config.max_inbound_streams
+
+
+@over_every_transport
+async def test_handlers_still_running_when_the_connection_ends_are_cancelled(
+    transport: Callable[[], Any],
+) -> None:
+    config = mplex.Config(close_timeout=0.3)
+    started = 0
+
+    async def handler(stream: mplex.MplexStream) -> None:
+        nonlocal started
+        started += 1
+        await trio.sleep_forever()  # a handler that never returns by itself
+
+    async with transport() as (a, b):
+        with trio.move_on_after(20) as guard:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(lambda: mplex.serve_connection(a, handler, config=config))
+                async with mplex.open_muxer(b) as client:
+                    for _ in range(3):
+                        await (await client.open_stream()).send_all(b"hello")
+                    await trio.testing.wait_all_tasks_blocked(0.01)
+                    assert started == 3
+                ended = trio.current_time()
+        assert not guard.cancelled_caught, "serve_connection did not return"
+        assert trio.current_time() - ended < config.close_timeout + 2
+
+
+async def test_serve_tcp_closes_a_connection_that_stays_idle() -> None:
+    async def handler(stream: mplex.MplexStream) -> None:
+        await stream.send_all(await stream.receive_some())
+
+    async with trio.open_nursery() as nursery:
+        listeners = await nursery.start(
+            lambda task_status: mplex.serve_tcp(
+                handler, 0, host="127.0.0.1", idle_timeout=0.2, task_status=task_status
+            )
+        )
+        port = listeners[0].socket.getsockname()[1]
+        busy = await trio.open_tcp_stream("127.0.0.1", port)
+        idle = await trio.open_tcp_stream("127.0.0.1", port)
+        async with mplex.open_muxer(busy) as client:
+            started = trio.current_time()
+            # A connection in use stays open past idle_timeout...
+            while trio.current_time() - started < 0.6:
+                stream = await client.open_stream()
+                await stream.send_all(b"ping")
+                assert await stream.receive_some() == b"ping"
+                await stream.aclose()
+            assert not client.closed
+            # ...and one that sends nothing is closed.
+            with trio.fail_after(5):
+                assert await idle.receive_some() == b""
+            await idle.aclose()
+            # Once idle itself, so is the other.
+            with trio.fail_after(5):
+                async for _ in client:
+                    pass
+            assert client.end_reason is mplex.EndReason.PEER_CLOSED
+        nursery.cancel_scope.cancel()
+
+
+async def test_serve_tcp_closes_connections_over_max_connections_at_once() -> None:
+    async def echo(stream: mplex.MplexStream) -> None:
+        await stream.send_all(await stream.receive_some())
+
+    async def ping(muxer: mplex.Muxer) -> bytes:
+        stream = await muxer.open_stream()
+        await stream.send_all(b"ping")
+        return await stream.receive_some()
+
+    async with trio.open_nursery() as nursery:
+        listeners = await nursery.start(
+            lambda task_status: mplex.serve_tcp(
+                echo, 0, host="127.0.0.1", max_connections=2, task_status=task_status
+            )
+        )
+        port = listeners[0].socket.getsockname()[1]
+        first = mplex.Muxer(await trio.open_tcp_stream("127.0.0.1", port))
+        second = mplex.Muxer(await trio.open_tcp_stream("127.0.0.1", port))
+        await nursery.start(first.run)
+        await nursery.start(second.run)
+        assert await ping(first) == await ping(second) == b"ping"
+        third = await trio.open_tcp_stream("127.0.0.1", port)
+        with trio.fail_after(5):
+            assert await third.receive_some() == b""  # closed at once
+        await third.aclose()
+        await first.aclose()
+        await trio.testing.wait_all_tasks_blocked(0.05)
+        again = mplex.Muxer(await trio.open_tcp_stream("127.0.0.1", port))
+        await nursery.start(again.run)
+        with trio.fail_after(5):
+            assert await ping(again) == b"ping"  # a freed place is taken again
+        nursery.cancel_scope.cancel()
+
+
+async def test_tasks_return_to_their_baseline_after_connections_end() -> None:
+    config = mplex.Config(close_timeout=0.2)
+
+    async def hang(stream: mplex.MplexStream) -> None:
+        await trio.sleep_forever()
+
+    async with trio.open_nursery() as nursery:
+        listeners = await nursery.start(
+            lambda task_status: mplex.serve_tcp(
+                hang, 0, host="127.0.0.1", config=config, task_status=task_status
+            )
+        )
+        port = listeners[0].socket.getsockname()[1]
+        await trio.testing.wait_all_tasks_blocked(0.01)
+        baseline = task_count()
+        for _ in range(8):
+            async with mplex.open_muxer(await trio.open_tcp_stream("127.0.0.1", port)) as client:
+                for _ in range(20):
+                    await (await client.open_stream()).send_all(b"x")
+                await trio.testing.wait_all_tasks_blocked(0.01)
+                assert task_count() > baseline + 20
+        with trio.fail_after(10):
+            while task_count() > baseline:
+                await trio.sleep(0.05)
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_peer_cannot_fill_the_log_through_raising_handlers(caplog: pytest.LogCaptureFixture) -> None:
+    async def broken(stream: mplex.MplexStream) -> None:
+        raise ValueError("a bug in the handler")
+
+    a, b = trio.testing.memory_stream_pair()
+    with caplog.at_level(logging.ERROR, logger="mplex"):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(lambda: mplex.serve_connection(a, broken))
+            async with mplex.open_muxer(b) as client:
+                streams = [await client.open_stream() for _ in range(20)]
+                for stream in streams:
+                    with contextlib.suppress(trio.BrokenResourceError):
+                        assert await stream.receive_some() == b""
+    errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    with_traceback = [r for r in errors if r.exc_info]
+    assert len(with_traceback) == mplex.LOGGED_HANDLER_ERRORS
+    summary = [r.getMessage() for r in errors if not r.exc_info]
+    assert len(summary) == 1 and summary[0].endswith(
+        "15 more handler errors on this connection were not logged (the first 5 were)"
+    )
