@@ -92,12 +92,20 @@ class Lifecycle:
         self.error = error
         self._on_end(error)
 
+    def detach(self) -> None:
+        """Drop the callbacks (they hold the connection): it has ended."""
+        self._on_send_stopped = self._on_end = _ignore
+
     def closed_after_break(self) -> bool:
         """Closing a broken connection makes it ``CLOSED``; True if it was broken."""
         if self.state is ConnectionState.BROKEN:
             self.state = ConnectionState.CLOSED
             return True
         return False
+
+
+def _ignore(error: Ending) -> None:
+    pass
 
 
 def _raise_copy(error: Ending) -> NoReturn:

@@ -61,6 +61,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import traceback
 from collections.abc import AsyncIterator
 from typing import Any, final
 
@@ -253,10 +254,34 @@ class Muxer:
                 task_status.started()
         finally:
             self._life.end(MuxerClosed("the muxer's run() was cancelled"), final_state=_CLOSED)
-            await self._close_transport()
-            # Remote causes at INFO, never WARNING: see mplex._logging.
-            level = logging.DEBUG if self.end_reason in _ORDINARY_ENDS else logging.INFO
-            self._log.log(level, "connection ended: %s", describe(self._life.error))
+            try:
+                await self._close_transport()  # raises Cancelled if run() was cancelled
+            finally:
+                # Remote causes at INFO, never WARNING: see mplex._logging.
+                level = logging.DEBUG if self.end_reason in _ORDINARY_ENDS else logging.INFO
+                self._log.log(level, "connection ended: %s", describe(self._life.error))
+                self._dismantle()
+
+    def _dismantle(self) -> None:
+        """The connection has ended and its tasks are done: break every reference
+        cycle among its objects, so that reference counting alone frees them (and the
+        unread data they hold) once the program drops the muxer and its streams.
+        What the program may still do (read buffered data, look at ``stats``, get the
+        end's error) keeps working."""
+        self._life.detach()
+        self._writer.detach()
+        self._reader.detach()
+        self._throttle.detach()
+        self._unread.detach()
+        self._queue.detach()
+        self._run_scope = None
+        # A recorded error's cause or context carries a traceback whose frames (ours,
+        # finished) hold this connection's objects: keep the traceback, drop the locals.
+        error = self._life.error
+        for linked in (error.__cause__, error.__context__) if error is not None else ():
+            while linked is not None:
+                traceback.clear_frames(linked.__traceback__)
+                linked = linked.__cause__ or linked.__context__
 
     async def aclose(self) -> None:
         """Flush queued frames, close the transport, and end every stream.
@@ -283,7 +308,11 @@ class Muxer:
                         await queue.wait_for_room()
         finally:
             life.end(MuxerClosed("the muxer was closed"), final_state=_CLOSED)
-            await self._close_transport()
+            try:
+                await self._close_transport()
+            finally:
+                if not self._started:
+                    self._dismantle()  # run() would have, had it been called
 
     async def _close_transport(self) -> None:
         """Close the transport at once.  Its own failure to close (a peer that already

@@ -42,6 +42,14 @@ if TYPE_CHECKING:
 __all__ = ["Reader"]
 
 
+def _ignore_failure(error: ConnectionLost, cause: BaseException | None) -> None:
+    pass
+
+
+def _ignore_new_stream(stream_id: int, name: bytes) -> None:
+    pass
+
+
 class Reader:
     """The receive side of one connection; ``run()`` is the reader task."""
 
@@ -86,6 +94,11 @@ class Reader:
         # bounds the wait for the input to end.
         self._send_failure: ConnectionLost | MuxerClosed | None = None
         self._linger_scope: trio.CancelScope | None = None
+
+    def detach(self) -> None:
+        """Drop the callbacks (they hold the connection): it has ended."""
+        self._fail = _ignore_failure
+        self._on_new_stream = _ignore_new_stream
 
     # -- the reader task ------------------------------------------------------------------
 

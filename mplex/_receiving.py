@@ -16,6 +16,7 @@ dropped, so what ``max_connection_buffer`` bounds is exactly what the program ho
 from __future__ import annotations
 
 import functools
+import weakref
 from collections import deque
 from collections.abc import Callable
 from typing import Generic, TypeVar
@@ -32,6 +33,10 @@ PRIME_BLOCK = 2 * 1024 * 1024
 T = TypeVar("T")
 
 
+def _nothing() -> None:
+    pass
+
+
 class UnreadData(Generic[T]):
     """All streams' unread bytes, and the streams (``T``) over their own limit."""
 
@@ -45,12 +50,18 @@ class UnreadData(Generic[T]):
         self.overfull: set[T] = set()
         self._on_release = on_release
 
+    def detach(self) -> None:
+        """The connection has ended: forget the streams and the callback (what is
+        unread stays readable and counted)."""
+        self.overfull.clear()
+        self._on_release = _nothing
+
     def over_limits(self) -> bool:
         """True while the reader must not read: a stream is over its limit, or all
         streams together are over the connection's."""
         return bool(self.overfull) or self.total > self.max_connection
 
-    def released(self, owner: T, holding: int, amount: int) -> None:
+    def released(self, owner: T | None, holding: int, amount: int) -> None:
         """``amount`` unread bytes of ``owner`` were read or dropped; it still holds
         ``holding``.  Whoever waits for room hears of it."""
         self.total -= amount
@@ -66,7 +77,9 @@ class ReceiveBuffer(Generic[T]):
 
     def __init__(self, account: UnreadData[T], owner: T) -> None:
         self._account = account
-        self._owner = owner
+        # Weak: the owner holds this buffer, and an ended connection's streams must be
+        # freed by reference counting alone (no cycle).
+        self._owner = weakref.ref(owner)
         self._chunks: deque[bytes | bytearray] = deque()
         self._offset = 0  # bytes of _chunks[0] already handed out
         #: Unread bytes.
@@ -120,7 +133,7 @@ class ReceiveBuffer(Generic[T]):
         if type(data) is not bytes:
             data = bytes(data)  # a merged chunk
         self.size -= len(data)
-        self._account.released(self._owner, self.size, len(data))
+        self._account.released(self._owner(), self.size, len(data))
         return data
 
     def discard(self) -> int:
@@ -130,7 +143,7 @@ class ReceiveBuffer(Generic[T]):
             self._chunks.clear()
             self._offset = 0
             self.size = 0
-            self._account.released(self._owner, 0, dropped)
+            self._account.released(self._owner(), 0, dropped)
         return dropped
 
 

@@ -188,6 +188,10 @@ class SendQueue:
         """The writer finished a batch: senders waiting for room may go on."""
         self.wake_senders()
 
+    def detach(self) -> None:
+        """Drop the transport path's hook (it holds this queue): the connection ended."""
+        self.direct_write = None
+
     def clear(self) -> None:
         """Drop everything queued (the send side ended) and wake every waiter."""
         self.buffer = bytearray()

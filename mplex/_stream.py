@@ -28,6 +28,7 @@ connection lost         like a reset, raising ``ConnectionLost``
 from __future__ import annotations
 
 import operator
+import weakref
 from typing import TYPE_CHECKING, NoReturn, final
 
 import trio
@@ -99,7 +100,9 @@ class MplexStream(SendSide, trio.abc.HalfCloseableStream):
         super().__init__(
             writer, queue, encoder, Flag.MESSAGE_INITIATOR if is_initiator else Flag.MESSAGE_RECEIVER
         )
-        self._streams = streams
+        # Weak: the connection's table holds its streams, and a stream the program keeps
+        # must not keep an ended connection alive (nor form a cycle with it).
+        self._streams = weakref.ref(streams)
         self._reader = reader
         self.id = stream_id
         self.name_bytes = name
@@ -250,7 +253,7 @@ class MplexStream(SendSide, trio.abc.HalfCloseableStream):
             elif self._apply(StreamEvent.SEND_CLOSE) is Verdict.OK:
                 self._writer.send_control(self.id, self._flag(Flag.CLOSE_INITIATOR))
             self._refresh()
-            self._streams.release_slot(self)
+            self._release_slot()
         await trio.lowlevel.checkpoint()
 
     def reset(self) -> None:
@@ -263,7 +266,12 @@ class MplexStream(SendSide, trio.abc.HalfCloseableStream):
         self._discard()
         self._send_reset()
         self._refresh()
-        self._streams.release_slot(self)
+        self._release_slot()
+
+    def _release_slot(self) -> None:
+        streams = self._streams()
+        if streams is not None:
+            streams.release_slot(self)
 
     def _send_reset(self) -> None:
         if self._apply(StreamEvent.SEND_RESET) is Verdict.OK:
@@ -350,7 +358,9 @@ class MplexStream(SendSide, trio.abc.HalfCloseableStream):
         self._wake_receiver()
         self._queue.wake_senders()
         if self._state in FINISHED_STATES or self._failure is not None:
-            self._streams.forget(self)
+            streams = self._streams()
+            if streams is not None:
+                streams.forget(self)
 
     def _failure_error(self) -> BaseException:
         """A fresh exception describing the failure (each raise gets its own traceback)."""

@@ -36,6 +36,10 @@ def _unread(stream: MplexStream) -> int:
     return stream.unread_bytes
 
 
+
+def _ignore(_: object) -> None:
+    pass
+
 class ReaderThrottle:
     """The reader's pauses, the policy's verdicts, and the time the reader lost."""
 
@@ -65,6 +69,11 @@ class ReaderThrottle:
         self.blocked_seconds = 0.0
         self._blocked_since: float | None = None
         self._drain_lot = trio.lowlevel.ParkingLot()
+
+    def detach(self) -> None:
+        """Drop the callbacks (they hold the connection): it has ended."""
+        self._reset_stream = _ignore
+        self._on_stall = _ignore
 
     def blocked_for(self) -> float:
         """Seconds the reader spent paused, a pause still going on included."""

@@ -24,6 +24,10 @@ from ._stats import Counters
 __all__ = ["Writer"]
 
 
+async def _no_failure_handler(exc: Exception) -> None:
+    pass
+
+
 class Writer:
     """The send side of one connection; ``run()`` is the writer task.
 
@@ -71,6 +75,10 @@ class Writer:
                 queue.writing = False
             queue.sent(len(data))
             queue.batch_written()
+
+    def detach(self) -> None:
+        """Drop the failure callback (it holds the connection): the writer has ended."""
+        self._on_failure = _no_failure_handler
 
     def send_control(self, stream_id: int, flag: Flag, body: bytes = b"") -> None:
         """Queue a control frame (NewStream, Close, Reset): it goes out whatever the

@@ -1,0 +1,98 @@
+"""Nothing outlives its connection: once a connection has ended and the program drops
+the muxer and its streams, reference counting alone frees them and the data they
+held (the cyclic garbage collector is switched off for these tests)."""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import tracemalloc
+import weakref
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import trio
+import trio.testing
+
+import mplex
+from mplex import Flag
+from tests.helpers import RawPeer, frame, over_every_transport
+
+ENDINGS = ["aclose", "cancelled run", "peer hang-up", "protocol error"]
+
+
+@contextlib.contextmanager
+def no_cyclic_gc() -> Iterator[None]:
+    gc.collect()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+
+
+async def ended_connection(
+    transport: Callable[[], Any], ending: str, unread: int
+) -> list[weakref.ref[Any]]:
+    """Run a muxer until it ends as ``ending``, with an inbound stream holding
+    ``unread`` bytes nobody read and an outbound one; return weak references to the
+    muxer and the streams (every strong one dies with this frame)."""
+    async with transport() as (a, b):
+        peer = RawPeer(b)
+        async with trio.open_nursery() as nursery:
+            # Room for what the test leaves unread on one stream.
+            muxer = mplex.Muxer(a, mplex.Config(max_stream_buffer=8 * 1024 * 1024))
+            await nursery.start(muxer.run)
+            outbound = await muxer.open_stream()
+            await outbound.send_all(b"request")
+            await peer.send(frame(0, Flag.NEW_STREAM))
+            data = b"u" * 65536
+            for _ in range(unread // len(data)):
+                await peer.send(frame(0, Flag.MESSAGE_INITIATOR, data))
+            inbound = await muxer.accept_stream()
+            while inbound.unread_bytes < unread:
+                await trio.testing.wait_all_tasks_blocked()
+            if ending == "aclose":
+                await muxer.aclose()
+            elif ending == "cancelled run":
+                nursery.cancel_scope.cancel()
+            elif ending == "peer hang-up":
+                await b.aclose()
+            else:
+                await peer.send(b"\x07\x00")  # flag 7: no such frame
+        assert muxer.closed and inbound.unread_bytes == unread  # still readable
+        return [weakref.ref(muxer), weakref.ref(outbound), weakref.ref(inbound)]
+
+
+@over_every_transport
+@pytest.mark.parametrize("ending", ENDINGS)
+async def test_an_ended_connection_is_freed_by_reference_counting(
+    transport: Callable[[], Any], ending: str
+) -> None:
+    with no_cyclic_gc():
+        refs = await ended_connection(transport, ending, unread=4 * 65536)
+        assert [ref() for ref in refs] == [None, None, None]
+
+
+@pytest.mark.parametrize("ending", ENDINGS)
+async def test_memory_returns_to_its_baseline_after_connections_end(ending: str) -> None:
+    with no_cyclic_gc():
+        tracemalloc.start()
+        try:
+            await ended_connection(TRANSPORTS_MEMORY, ending, unread=65536)  # warm up
+            baseline = tracemalloc.get_traced_memory()[0]
+            for _ in range(13):
+                await ended_connection(TRANSPORTS_MEMORY, ending, unread=4 * 1024 * 1024)
+            held = tracemalloc.get_traced_memory()[0] - baseline
+        finally:
+            tracemalloc.stop()
+    assert held < 1024 * 1024, f"{held / 2**20:.1f} MiB still held after 13 connections of 4 MiB"
+
+
+def TRANSPORTS_MEMORY() -> contextlib.AbstractAsyncContextManager[tuple[trio.abc.Stream, trio.abc.Stream]]:
+    @contextlib.asynccontextmanager
+    async def pair() -> Any:
+        yield trio.testing.memory_stream_pair()
+
+    return pair()
