@@ -382,7 +382,8 @@ class TestTheStream:
             assert isinstance(writing.value, MuxedStreamClosed)
             assert isinstance(writing.value, MuxedStreamReset)
 
-    async def test_data_that_arrived_before_a_reset_is_read_first(self) -> None:
+    @pytest.mark.parametrize("n", [100, None], ids=["read(100)", "read() to the end"])
+    async def test_data_that_arrived_before_a_reset_is_read_first(self, n: int | None) -> None:
         async with connected() as (a, b, _):
             out = await a.open_stream()
             await out.write(b"kept")
@@ -390,19 +391,7 @@ class TestTheStream:
             await trio.testing.wait_all_tasks_blocked()
             await out.reset()
             await trio.testing.wait_all_tasks_blocked()
-            assert await accepted.read(100) == b"kept"
-            with pytest.raises(MuxedStreamReset):
-                await accepted.read(100)
-
-    async def test_reading_to_the_end_returns_what_arrived_before_a_reset(self) -> None:
-        async with connected() as (a, b, _):
-            out = await a.open_stream()
-            await out.write(b"kept")
-            accepted = await b.accept_stream()
-            await trio.testing.wait_all_tasks_blocked()
-            await out.reset()
-            await trio.testing.wait_all_tasks_blocked()
-            assert await accepted.read() == b"kept"
+            assert await accepted.read(n) == b"kept"
             with pytest.raises(MuxedStreamReset):
                 await accepted.read(100)
             with pytest.raises(MuxedStreamReset):
