@@ -64,7 +64,8 @@ def main(argv: list[str] | None = None) -> int:
             before, after = statistics.median(got[other]), statistics.median(got[this])
             ratio = after / before
             worst = max(worst, ratio)
-            print(f"{case.name:<22} {run.label[:40]:<40} {before:>10.4g} {after:>10.4g} {ratio:>9.2f}x", flush=True)
+            row = f"{case.name:<22} {run.label[:40]:<40}"
+            print(f"{row} {before:>10.4g} {after:>10.4g} {ratio:>9.2f}x", flush=True)
     print(f"\nslowest ratio: {worst:.2f}x (metric: seconds or us; lower is faster)")
     return 0
 
