@@ -8,9 +8,14 @@ cancelling a cancel scope around that one call.  That is safe only where a cance
 operation but ``send_all``) but another implementation need not: a read of a
 length-prefixed message cancelled half-way loses the part it read.  So the turn is
 lent only over transports known to be safe (``cancel_safe_receive``); over any other,
-the reader task alone reads, as it always may.  A ``trio.SSLStream`` is safe once its
-handshake is done (a handshake cancelled half-way breaks it), so the reader task does
-the handshake first (``prepare``) and lends only afterwards.
+the reader task alone reads, as it always may.
+
+Over ``trio.SSLStream`` the turn is not lent either, although its reads are safe once
+the handshake is done: each TLS read already takes two scheduler passes of its own
+(``SSLStream`` takes an internal lock before it reads the socket), so moving the
+reader out of one costs more passes than the borrower's direct wake-up saves.  The
+reader task finishes the handshake first (``prepare``), so that a failed handshake is
+reported as the transport's failure before anything is read.
 """
 
 from __future__ import annotations
@@ -48,18 +53,17 @@ class StreamPath(ReadTurn):
         #: inside its ``reader_scope``, with ``reader_waiting`` set around the call
         #: and ``reader_left()`` after it.
         self.receive_some = transport.receive_some
-        # Receiving tasks borrow the read turn only where that is safe (see above).
+        # Receiving tasks borrow the read turn only where that is safe and pays (see above).
         self.lends = cancel_safe_receive(transport) and not isinstance(transport, trio.SSLStream)
         self._reader_scope: trio.CancelScope | None = None
         self._borrower_scope: trio.CancelScope | None = None
         self._reader_out = trio.lowlevel.ParkingLot()
 
     async def prepare(self) -> None:
-        """Before the reader's first read: finish a TLS handshake, then lend."""
+        """Before the reader's first read: finish a TLS handshake."""
         transport = self._transport
         if isinstance(transport, trio.SSLStream):
             await transport.do_handshake()
-            self.lends = cancel_safe_receive(transport)
 
     def reader_scope(self) -> trio.CancelScope:
         """A cancel scope for the reader's reads until it is next moved aside (one

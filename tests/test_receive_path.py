@@ -1,5 +1,6 @@
 """A task waiting in ``receive_some`` reads the transport itself (it borrows the read
-turn), over every transport: the socket path and the generic path alike.
+turn), over the socket path and the generic path over trio's own streams; over TLS and
+over streams not known to be cancel-safe the reader task alone reads.
 
 The arrival of the data then wakes the task that wants it, not the muxer's reader task,
 which would have to wake it in a second scheduler pass.  These tests pin what that must
@@ -22,14 +23,16 @@ from mplex import Flag
 from tests.helpers import TRANSPORTS, RawPeer, TaskSteps, frame, read_all, tcp_streams
 
 #: Transports over which receiving tasks borrow the read turn: the socket path, and the
-#: generic path over trio's own streams (whose cancelled receive_some loses nothing).
+#: generic path over trio's own plain streams (whose cancelled receive_some loses
+#: nothing).  Over TLS the turn is not lent (see mplex._stream_path).
 LENDING = {
     "memory": ("memory", mplex.Config()),
     "tcp": ("tcp", mplex.Config()),
     "tcp-generic-path": ("tcp", mplex.Config(socket_fast_path=False)),
-    "tls": ("tls", mplex.Config()),
 }
-over_every_transport = pytest.mark.parametrize("transport", list(LENDING))
+EVERY = {**LENDING, "tls": ("tls", mplex.Config())}
+over_lending_transports = pytest.mark.parametrize("transport", list(LENDING))
+over_every_transport = pytest.mark.parametrize("transport", list(EVERY))
 
 
 @contextlib.asynccontextmanager
@@ -38,7 +41,7 @@ async def muxer_with_raw_peer(
 ) -> AsyncIterator[tuple[mplex.Muxer, RawPeer]]:
     """A running muxer over ``transport`` (or over loopback TCP with small kernel
     buffers), its far end a raw-frame peer."""
-    name, config = LENDING.get(transport, (transport, mplex.Config()))
+    name, config = EVERY.get(transport, (transport, mplex.Config()))
     if buffer_size is None:
         pair: contextlib.AbstractAsyncContextManager[tuple[trio.abc.Stream, trio.abc.Stream]]
         pair = TRANSPORTS[name]()
@@ -79,7 +82,7 @@ async def error_of_waiting_receive(
     return raised[0]
 
 
-@over_every_transport
+@over_lending_transports
 async def test_the_waiting_receiver_is_woken_by_the_transport_not_by_the_reader_task(transport: str) -> None:
     async with muxer_with_raw_peer(transport) as (muxer, peer):
         stream = await peer_opened_stream(muxer, peer, 0)
@@ -105,7 +108,7 @@ async def test_the_waiting_receiver_is_woken_by_the_transport_not_by_the_reader_
         trio.lowlevel.remove_instrument(steps)
 
 
-@over_every_transport
+@over_lending_transports
 async def test_frames_a_receiver_reads_for_other_streams_reach_them(transport: str) -> None:
     async with muxer_with_raw_peer(transport) as (muxer, peer):
         a = await peer_opened_stream(muxer, peer, 0)
@@ -129,7 +132,7 @@ async def test_frames_a_receiver_reads_for_other_streams_reach_them(transport: s
         assert got == {"a": b"for a", "b": b"for b"}
 
 
-@over_every_transport
+@over_lending_transports
 async def test_closing_a_stream_wakes_its_receiver_from_the_transport_and_the_connection_lives_on(
     transport: str,
 ) -> None:
@@ -139,8 +142,7 @@ async def test_closing_a_stream_wakes_its_receiver_from_the_transport_and_the_co
         mplex.open_muxer(ours, config) as left,
         mplex.open_muxer(theirs, config) as right,
     ):
-        # One exchange first: over TLS, receivers borrow the turn once the handshake
-        # is done.
+        # One exchange first: the connection is fully up.
         warm_up = await left.open_stream()
         await warm_up.send_all(b"hello")
         with trio.fail_after(10):
@@ -192,7 +194,7 @@ async def test_a_cancelled_receive_on_the_transport_loses_nothing(transport: str
         ("we", mplex.MuxerClosed, mplex.EndReason.CLOSED),
     ],
 )
-@over_every_transport
+@over_lending_transports
 async def test_the_end_of_the_connection_reaches_a_receiver_waiting_on_the_transport(
     transport: str, who_ends_it: str, error_type: type[Exception], reason: mplex.EndReason
 ) -> None:
@@ -238,7 +240,7 @@ async def test_a_writer_waiting_for_room_is_not_disturbed_when_a_receiver_moves_
         assert got == [b"reply"]
 
 
-@over_every_transport
+@over_lending_transports
 async def test_while_any_stream_has_unread_data_receivers_leave_reading_to_the_reader(transport: str) -> None:
     # Otherwise every waiting receiver would read a chunk of its own in one scheduler
     # pass, and a hundred of them would fill the buffers faster than they are read.
@@ -268,6 +270,22 @@ async def test_over_a_transport_not_known_to_be_cancel_safe_only_the_reader_read
     # its receive_some loses nothing, so no receiving task may be moved out of one.
     async with muxer_with_raw_peer("tcp-generic") as (muxer, peer):
         stream = await peer_opened_stream(muxer, peer, 0)
+        got = []
+
+        async def receive() -> None:
+            got.append(await stream.receive_some())
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(receive)
+            await trio.testing.wait_all_tasks_blocked()
+            assert (muxer.stats.reader, muxer.stats.reader_lent_to) == ("waiting", None)
+            await peer.send(frame(0, Flag.MESSAGE_INITIATOR, b"via the reader"))
+        assert got == [b"via the reader"]
+
+
+async def test_over_tls_the_reader_task_alone_reads() -> None:
+    async with muxer_with_raw_peer("tls") as (muxer, peer):
+        stream = await peer_opened_stream(muxer, peer, 0)  # the handshake is done
         got = []
 
         async def receive() -> None:
