@@ -34,7 +34,7 @@ async def main() -> None:
     async with trio.open_nursery() as nursery:
         # The server's side: a muxer over b, and handle() for every stream the client
         # opens, until the connection ends.
-        nursery.start_soon(mplex.serve_connection, b, handle)
+        nursery.start_soon(mplex.serve_connection, handle, b)
         async with mplex.open_muxer(a) as client, trio.open_nursery() as requests:
             for n in range(10):
                 requests.start_soon(request, client, f"request {n}", answers)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import ssl
 from typing import Any
 
 import trio
@@ -16,7 +17,7 @@ import trio
 from ._codec import MAX_MESSAGE_SIZE, Flag
 from ._decoder import Decoder, RawFrame
 
-__all__ = ["ConnectionLog", "connection_label", "describe", "logger"]
+__all__ = ["ConnectionLog", "connection_label", "describe", "explain", "logger"]
 
 logger = logging.getLogger("mplex")
 
@@ -76,8 +77,32 @@ def connection_label(transport: trio.abc.Stream) -> str:
 
 
 def describe(error: BaseException | None) -> str:
-    """``error`` and its cause, for a log line."""
+    """``error`` and, in plain words, the root of its cause chain, for a log line or a
+    message: "the transport failed while receiving: TLS: certificate verify failed
+    (unable to get local issuer certificate)" rather than the ``BrokenResourceError``
+    in between."""
     if error is None:
         return "still running"
-    cause = error.__cause__
-    return f"{error} ({cause!r})" if cause is not None else str(error)
+    root, seen = error, {id(error)}
+    while root.__cause__ is not None and id(root.__cause__) not in seen:
+        root = root.__cause__
+        seen.add(id(root))
+    text = str(error) or type(error).__name__
+    if root is error:
+        return text
+    detail = explain(root)
+    return text if str(root) and str(root) in text else f"{text}: {detail}"
+
+
+def explain(exc: BaseException) -> str:
+    """One exception in plain words: TLS errors by what failed, OS errors by their
+    ``strerror``, anything else as ``Type: message``."""
+    if isinstance(exc, ssl.SSLCertVerificationError):
+        return f"TLS: certificate verify failed ({exc.verify_message})"
+    if isinstance(exc, ssl.SSLError):
+        reason = (exc.reason or "").replace("_", " ").lower()
+        return f"TLS: {reason}" if reason else f"TLS: {exc}"
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

@@ -67,6 +67,7 @@ from typing import Any, final
 
 import trio
 
+from ._arguments import checked_config, checked_transport, require_trio
 from ._codec import Encoder
 from ._config import Config
 from ._core import ConnectionCore
@@ -83,6 +84,7 @@ from ._stream import MplexStream
 from ._stream_path import StreamPath
 from ._streams import Streams, name_bytes, name_limit
 from ._throttle import ReaderThrottle
+from ._unwrapping import unwrapped
 from ._writer import Writer
 
 __all__ = ["Muxer", "open_muxer"]
@@ -105,7 +107,8 @@ class Muxer:
     """
 
     def __init__(self, transport_stream: trio.abc.Stream, config: Config | None = None) -> None:
-        self.config = config = config if config is not None else Config()
+        transport_stream = checked_transport(transport_stream)
+        self.config = config = checked_config(config)
         self._stats = Counters()
         self._transport = transport_stream
         self._core: ConnectionCore[MplexStream] = ConnectionCore(config)
@@ -115,6 +118,7 @@ class Muxer:
         self._log = ConnectionLog(self.name)
         # Lifecycle.
         self._started = False
+        self._entered = False
         self._life = life = Lifecycle(self._send_side_ended, self._ended)
         self._run_scope: trio.CancelScope | None = None
         self._own_run: contextlib.AbstractAsyncContextManager[Muxer] | None = None
@@ -212,6 +216,11 @@ class Muxer:
         }
 
     @property
+    def transport_stream(self) -> trio.abc.Stream:
+        """The stream this muxer runs over (as ``trio.SSLStream.transport_stream``)."""
+        return self._transport
+
+    @property
     def uses_socket_fast_path(self) -> bool:
         """True when this muxer drives a TCP socket's descriptor directly (see
         ``Config.socket_fast_path``); False on the generic path over the stream's methods."""
@@ -240,6 +249,7 @@ class Muxer:
         to every stream; it never crashes the caller's nursery.  On cancellation it
         closes the connection and re-raises.
         """
+        require_trio("Muxer.run()")
         if self._started:
             raise RuntimeError("Muxer.run() was already called")
         self._started = True
@@ -328,8 +338,18 @@ class Muxer:
 
     async def __aenter__(self) -> Muxer:
         """``async with Muxer(transport) as muxer:`` runs it for the block, like
-        ``open_muxer``; a muxer already running is just closed on exit."""
-        if not self._started and self._life.running():
+        ``open_muxer``; a muxer already running is just closed on exit.  A muxer is
+        entered once: entering it again, or after it ended, raises ``RuntimeError``."""
+        require_trio("async with mplex.Muxer")
+        if not self._life.running():
+            raise RuntimeError(
+                f"this Muxer has ended ({self.end_reason.value if self.end_reason else 'closed'}); "
+                "a new connection needs a new Muxer"
+            )
+        if self._entered:
+            raise RuntimeError("this Muxer was already entered; a Muxer is entered once (`async with`)")
+        self._entered = True
+        if not self._started:
             self._own_run = open_running(self)
             await self._own_run.__aenter__()
         return self
@@ -341,6 +361,15 @@ class Muxer:
             return await own.__aexit__(*exc_info)
         await self.aclose()
         return None
+
+    def __repr__(self) -> str:
+        reason = self.end_reason
+        if reason is not None:
+            state = f"ended: {reason.value}"
+        else:
+            state = "running" if self._started else "not started"
+        path = "socket fast path" if self._socket is not None else "generic path"
+        return f"<mplex.Muxer {self.name} {state}, {len(self._core.streams)} streams, {path}>"
 
     @property
     def closed(self) -> bool:
@@ -427,17 +456,22 @@ def open_muxer(
     """Run a ``Muxer`` for the duration of an ``async with`` block.
 
     On exit the muxer is closed (queued frames are flushed first) and its tasks end.
-    The same as ``async with Muxer(transport_stream, config) as muxer:``.
+    The same as ``async with Muxer(transport_stream, config) as muxer:``.  An exception
+    raised in the block reaches the caller as itself (``except mplex.ConnectionLost:``
+    around the block works), not wrapped in an ``ExceptionGroup``; several at once
+    still come as a group.
     """
-    return open_running(Muxer(transport_stream, config))
+    return Muxer(transport_stream, config)
 
 
 @contextlib.asynccontextmanager
 async def open_running(muxer: Muxer) -> AsyncIterator[Muxer]:
-    """Run ``muxer`` in a nursery of its own for the block; close it on exit."""
-    async with trio.open_nursery() as nursery:
-        await nursery.start(muxer.run)
-        try:
-            yield muxer
-        finally:
-            await muxer.aclose()
+    """Run ``muxer`` in a nursery of its own for the block; close it on exit.  What the
+    block raises leaves as itself, not wrapped in the nursery's group (``_unwrapping``)."""
+    with unwrapped():
+        async with trio.open_nursery() as nursery:
+            await nursery.start(muxer.run)
+            try:
+                yield muxer
+            finally:
+                await muxer.aclose()

@@ -14,6 +14,7 @@ from typing import Any, NoReturn
 
 import trio
 
+from ._arguments import checked_config, checked_handler, require_trio
 from ._codec import PROTOCOL_ID
 from ._config import Config
 from ._errors import ConnectionLost, MuxerClosed
@@ -22,6 +23,7 @@ from ._multistream import NegotiationError
 from ._muxer import Muxer
 from ._negotiation import accept_protocol
 from ._stream import MplexStream
+from ._unwrapping import unwrapped
 
 __all__ = ["LOGGED_HANDLER_ERRORS", "StreamHandler", "serve_connection", "serve_listeners", "serve_tcp"]
 
@@ -33,8 +35,8 @@ NEGOTIATION_TIMEOUT = 10.0
 
 
 async def serve_connection(
-    transport: trio.abc.Stream,
     handler: StreamHandler,
+    transport: trio.abc.Stream,
     *,
     config: Config | None = None,
     negotiate: bool = False,
@@ -61,11 +63,25 @@ async def serve_connection(
     With ``negotiate=True`` it first agrees on ``/mplex/6.7.0`` with multistream-select,
     as libp2p peers do on a raw connection; a peer that fails to within
     ``NEGOTIATION_TIMEOUT`` seconds is disconnected and None returned.
+
+    A ``handler`` that is not an async function, a ``transport`` that is not a
+    ``trio.abc.Stream`` or a ``config`` that is not a ``Config`` raise ``TypeError`` at
+    once.  An exception that leaves (a handler's ``KeyboardInterrupt``, say) leaves as
+    itself, not wrapped in an ``ExceptionGroup``.
     """
+    handler = checked_handler(handler)
+    muxer = Muxer(transport, config)  # checks the transport and the config
     _check_idle_timeout(idle_timeout)
-    if negotiate and not await _negotiated(transport):
+    require_trio("mplex.serve_connection()")
+    with unwrapped():
+        return await _serve_connection(handler, muxer, negotiate=negotiate, idle_timeout=idle_timeout)
+
+
+async def _serve_connection(
+    handler: StreamHandler, muxer: Muxer, *, negotiate: bool, idle_timeout: float | None
+) -> Muxer | None:
+    if negotiate and not await _negotiated(muxer.transport_stream):
         return None
-    muxer = Muxer(transport, config)
     connection = _Connection(muxer)
     async with trio.open_nursery() as nursery:
         await nursery.start(muxer.run)
@@ -170,15 +186,18 @@ async def serve_listeners(
     task_status: trio.TaskStatus[Sequence[trio.abc.Listener[Any]]] = trio.TASK_STATUS_IGNORED,
 ) -> NoReturn:
     """Accept connections on ``listeners`` forever, serving each with
-    ``serve_connection(connection, handler, config=config, negotiate=negotiate,
+    ``serve_connection(handler, connection, config=config, negotiate=negotiate,
     idle_timeout=idle_timeout)``.
 
     Any ``trio.abc.Listener`` of ``trio.abc.Stream`` works: TCP, ``trio.SSLListener``,
     a Unix socket.  No connection, peer or handler can stop the others.  With
     ``max_connections``, a connection that arrives while that many are being served
     is closed at once (logged at INFO).  Started with ``nursery.start``, it returns the
-    listeners, like ``trio.serve_listeners``.
+    listeners, like ``trio.serve_listeners``.  Bad arguments raise at once, and what
+    leaves (a ``KeyboardInterrupt``, say) leaves as itself, as from ``serve_connection``.
     """
+    handler = checked_handler(handler)
+    config = checked_config(config)
     _check_idle_timeout(idle_timeout)
     if max_connections is not None and (
         isinstance(max_connections, bool) or not isinstance(max_connections, int) or max_connections < 1
@@ -195,14 +214,17 @@ async def serve_listeners(
         serving += 1
         try:
             await serve_connection(
-                transport, handler, config=config, negotiate=negotiate, idle_timeout=idle_timeout
+                handler, transport, config=config, negotiate=negotiate, idle_timeout=idle_timeout
             )
         except Exception:  # a bug of ours: log it and keep serving the others
             logger.exception("internal error while serving a connection")
         finally:
             serving -= 1
 
-    await trio.serve_listeners(serve_one, list(listeners), task_status=task_status)
+    require_trio("mplex.serve_listeners()")
+    with unwrapped():
+        await trio.serve_listeners(serve_one, list(listeners), task_status=task_status)
+    raise AssertionError("trio.serve_listeners returned")  # it serves until cancelled
 
 
 async def serve_tcp(
@@ -224,7 +246,10 @@ async def serve_tcp(
     ``await nursery.start(mplex.serve_tcp, handler, 0)`` returns the listeners, from
     which ``listeners[0].socket.getsockname()`` gives the port.
     """
+    handler = checked_handler(handler)
+    config = checked_config(config)
     _check_idle_timeout(idle_timeout)
+    require_trio("mplex.serve_tcp()")
     listeners = await trio.open_tcp_listeners(port, host=host, backlog=backlog)
     await serve_listeners(
         handler,

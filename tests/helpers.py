@@ -17,6 +17,7 @@ import trio.testing
 import trustme
 
 import mplex
+import mplex.testing
 from mplex import Decoder, Encoder, Flag, Frame
 
 SPEC = pathlib.Path(__file__).resolve().parent.parent / "spec"
@@ -154,7 +155,12 @@ async def muxer_pair(
     config: mplex.Config | None = None,
     server_config: mplex.Config | None = None,
 ) -> AsyncIterator[tuple[mplex.Muxer, mplex.Muxer]]:
-    """Two running muxers connected to each other."""
+    """Two running muxers connected to each other (over memory with one config:
+    ``mplex.testing.open_muxer_pair``, the helper users get)."""
+    if transport is memory_transport and server_config is None:
+        async with mplex.testing.open_muxer_pair(config) as pair:
+            yield pair
+        return
     async with (
         transport() as (a, b),
         mplex.open_muxer(a, config) as left,

@@ -181,13 +181,13 @@ class TestServeAndDial:
             assert result.returncode == 0, result.stderr
             report = json.loads(result.stdout)
             assert report["streams"] == 20
-            assert report["errors"] == []
+            assert report["errors"] == 0
             assert report["mismatches"] == 0
             expected = {"echo": 20 * 30000, "discard": 0, "source": 20 * 5000}[mode]
             assert report["bytes_received"] == expected
         finally:
             stop(server)
-        assert server.returncode == 0
+        assert server.returncode == 130  # Ctrl-C, as for every subcommand
 
     def test_negotiate_agrees_on_mplex_before_the_streams(self) -> None:
         server = subprocess.Popen([*MPLEX, "serve", "--negotiate"], stdout=subprocess.PIPE, text=True)
@@ -197,11 +197,11 @@ class TestServeAndDial:
             result = run("dial", "127.0.0.1", port, "--negotiate", "--streams", "5", "--verify", "--json")
             assert result.returncode == 0, result.stderr
             report = json.loads(result.stdout)
-            assert (report["errors"], report["mismatches"], report["bytes_received"]) == ([], 0, 5 * 65536)
+            assert (report["errors"], report["mismatches"], report["bytes_received"]) == (0, 0, 5 * 65536)
             # Without negotiation the server reads our first frame as a malformed message,
             # and hangs up: the dial reports failed streams instead of data.
             plain = run("dial", "127.0.0.1", port, "--streams", "1", "--json")
-            assert json.loads(plain.stdout)["errors"] != []
+            assert json.loads(plain.stdout)["errors"] > 0
         finally:
             stop(server)
 
@@ -367,3 +367,122 @@ def test_bench_json_is_machine_readable() -> None:
     assert result.returncode == 0, result.stderr[-2000:]
     saved = json.loads(result.stdout)
     assert "mplex send_nowait" in saved["cases"]["32B"]["results"]
+
+
+def interrupted(args: list[str], *, ready: str, stream: str = "stderr") -> subprocess.CompletedProcess[str]:
+    """Start the command, wait for ``ready`` on ``stream``, press Ctrl-C; what it left."""
+    process = subprocess.Popen(
+        [*MPLEX, *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        pipe = process.stdout if stream == "stdout" else process.stderr
+        assert pipe is not None
+        seen = ""
+        while ready not in seen:
+            piece = pipe.read(1)
+            assert piece, f"the command ended before {ready!r}: {seen!r}"
+            seen += piece
+        process.send_signal(signal.SIGINT)
+        out, err = process.communicate(timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    return subprocess.CompletedProcess(process.args, process.returncode, seen + out, err)
+
+
+class TestCtrlC:
+    """Ctrl-C ends every subcommand with status 130 and nothing on stderr."""
+
+    def test_serve(self) -> None:
+        result = interrupted(["serve"], ready="serving", stream="stdout")
+        assert (result.returncode, result.stderr) == (130, "")
+
+    def test_dial(self) -> None:
+        with socket.socket() as silent:  # accepts (in the kernel's backlog) and never reads
+            silent.bind(("127.0.0.1", 0))
+            silent.listen()
+            port = str(silent.getsockname()[1])
+            result = interrupted(["-v", "dial", "127.0.0.1", port, "--streams", "1"], ready="NEW_STREAM")
+        assert result.returncode == 130
+        assert "Traceback" not in result.stderr and "KeyboardInterrupt" not in result.stderr
+
+    def test_decode_waiting_for_its_input(
+        self, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        class Interrupted:  # Ctrl-C while decode waits in the read of its capture
+            def read(self) -> bytes:
+                raise KeyboardInterrupt
+
+        monkeypatch.setattr(sys, "stdin", type("Stdin", (), {"buffer": Interrupted()})())
+        from mplex._cli import main
+
+        assert main(["decode", "-"]) == 130
+        assert capsys.readouterr() == ("", "")
+
+    def test_bench(self) -> None:
+        result = interrupted(["bench", "32B"], ready="[1/")
+        assert result.returncode == 130
+        assert "Traceback" not in result.stderr and "KeyboardInterrupt" not in result.stderr
+
+
+class TestMessagesInTheUsersTerms:
+    def test_a_port_that_is_not_a_number(self) -> None:
+        result = run("dial", "127.0.0.1", "notaport")
+        assert result.returncode == 2
+        assert "'notaport' is not a TCP port" in result.stderr
+        assert "_port" not in result.stderr
+
+    @pytest.mark.parametrize("option", ["--streams", "--size", "--seed", "--timeout"])
+    def test_a_number_that_is_not_a_number(self, option: str) -> None:
+        result = run("dial", "127.0.0.1", "80", option, "many")
+        assert result.returncode == 2
+        assert f"argument {option}: 'many' is not a" in result.stderr
+        assert "invalid" not in result.stderr
+
+    def test_one_frame_is_one_frame(self) -> None:
+        result = run("decode", "--plain", "-", stdin=Encoder().frame(0, Flag.NEW_STREAM, b"x"))
+        assert result.returncode == 0
+        assert result.stdout.startswith("1 frame in 3 bytes\n")
+
+    def test_an_unknown_bench_case_exits_two_and_lists_the_cases(self) -> None:
+        result = run("bench", "nosuchcase", "--quick")
+        assert result.returncode == 2
+        assert result.stdout == ""
+        assert "no case named 'nosuchcase'" in result.stderr
+        for name in ("32B", "latency", "TLS bulk 64 KiB"):
+            assert name in result.stderr
+
+    def test_quick_bench_passes_no_verdicts(self) -> None:
+        result = run("bench", "--quick", "latency", timeout=300)
+        assert result.returncode == 0, result.stderr[-2000:]
+        assert "not judged" in result.stdout
+        assert not [line for line in result.stdout.splitlines() if line.endswith((" met", " MISSED"))]
+
+
+class TestJsonAlways:
+    """``dial --json`` prints one JSON object whatever happens, with the table's types."""
+
+    def test_an_unreachable_peer(self) -> None:
+        result = run("dial", "127.0.0.1", "1", "--json", "--connect-timeout", "5")
+        assert result.returncode == 1
+        report = json.loads(result.stdout)
+        assert report["failure"].startswith("cannot connect to 127.0.0.1:1:")
+        assert report["errors"] == 0
+
+    def test_a_failed_negotiation(self) -> None:
+        with served("echo") as port:
+            result = run("dial", "127.0.0.1", port, "--negotiate", "--json", "--connect-timeout", "2")
+        assert result.returncode == 1
+        report = json.loads(result.stdout)
+        assert report["failure"].startswith("cannot negotiate /mplex/6.7.0")
+
+    def test_the_fields_have_the_types_of_the_table(self) -> None:
+        with served("echo") as port:
+            table = run("dial", "127.0.0.1", port, "--streams", "2", "--plain")
+            report = json.loads(run("dial", "127.0.0.1", port, "--streams", "2", "--json").stdout)
+        shown = dict(line.split(None, 1) for line in table.stdout.splitlines()[1:] if line.strip())
+        assert set(shown) == set(report) - {"failure"}
+        for key, value in report.items():
+            if key != "failure":
+                assert str(value) == shown[key] or f"{value:.3f}" == shown[key], key

@@ -45,7 +45,7 @@ async def test_no_more_handlers_run_than_max_inbound_streams(transport: Callable
             handled += 1
 
     async with transport() as (a, b), trio.open_nursery() as nursery:
-        nursery.start_soon(lambda: mplex.serve_connection(a, handler, config=config))
+        nursery.start_soon(lambda: mplex.serve_connection(handler, a, config=config))
         async with mplex.open_muxer(b) as client:
             for _ in range(50):  # open, request, reset: the handler's stream is gone
                 stream = await client.open_stream()
@@ -74,7 +74,7 @@ async def test_handlers_still_running_when_the_connection_ends_are_cancelled(
     async with transport() as (a, b):
         with trio.move_on_after(20) as guard:
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(lambda: mplex.serve_connection(a, handler, config=config))
+                nursery.start_soon(lambda: mplex.serve_connection(handler, a, config=config))
                 async with mplex.open_muxer(b) as client:
                     for _ in range(3):
                         await (await client.open_stream()).send_all(b"hello")
@@ -187,7 +187,7 @@ async def test_a_peer_cannot_fill_the_log_through_raising_handlers(caplog: pytes
     a, b = trio.testing.memory_stream_pair()
     with caplog.at_level(logging.ERROR, logger="mplex"):
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(lambda: mplex.serve_connection(a, broken))
+            nursery.start_soon(lambda: mplex.serve_connection(broken, a))
             async with mplex.open_muxer(b) as client:
                 streams = [await client.open_stream() for _ in range(20)]
                 for stream in streams:

@@ -302,6 +302,17 @@ def host_cases(scale: int) -> list[Case]:
     ]
 
 
+def case_names() -> list[str]:
+    """Every case's name, in the suite's order."""
+    return [case.name for case in cases(quick=False, only=set())]
+
+
+def unknown_cases(names: list[str]) -> list[str]:
+    """Those of ``names`` that name no case."""
+    known = set(case_names())
+    return [name for name in names if name not in known]
+
+
 # --- running --------------------------------------------------------------------------
 
 
@@ -613,6 +624,12 @@ def main(argv: list[str] | None = None, commentary: Commentary | None = None) ->
         "--require-baselines", action="store_true", help="fail if a baseline (js, py-libp2p) cannot run"
     )
     args = parser.parse_args(argv)
+    unknown = unknown_cases(args.cases)
+    if unknown:
+        named = ", ".join(map(repr, unknown))
+        parser.error(f"no case named {named}; the cases are: {', '.join(case_names())}")
+    if args.quick and args.write_results:
+        parser.error("--quick sizes prove nothing about speed: RESULTS.md is written from full runs only")
     if args.from_json:
         return rerender(args.from_json, args.write_results, commentary)
     runs = args.runs or (1 if args.quick else 3)
@@ -622,7 +639,10 @@ def main(argv: list[str] | None = None, commentary: Commentary | None = None) ->
     run_suite(suite, runs, timeout=120 if args.quick else 600)
     table = rows(suite)
     print(render(table))
-    print("\nTargets:\n" + targets_text(suite))
+    if args.quick:
+        print("\nTargets: not judged (--quick sizes are too small to say anything about speed)")
+    else:
+        print("\nTargets:\n" + targets_text(suite))
     for note in notes:
         print(note)
     print(f"\n{runs} run(s) per implementation, medians; {time.monotonic() - started:.0f} s in all.")

@@ -6,7 +6,8 @@
     mplex bench  [CASE ...] [--quick] [--runs N] [--json]
 
 Exit codes: 0 success, 1 the operation failed (unreachable peer, verification
-failure, malformed capture), with one line on stderr that says why; 2 bad arguments.
+failure, malformed capture), with one line on stderr that says why; 2 bad arguments;
+130 interrupted (Ctrl-C), quietly.
 Tables use ``rich`` on a terminal when the ``cli`` extra is installed, plain text
 otherwise.  ``-v`` may come anywhere on the line.
 """
@@ -34,10 +35,10 @@ _NEGOTIATE_HELP = f"agree on {PROTOCOL_ID} with multistream-select first, as lib
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line ``argv`` (default: ``sys.argv[1:]``); the exit status."""
-    args = parser().parse_args(argv)
-    if args.verbose:
-        logging.basicConfig(level=logging.DEBUG, format="%(name)s: %(message)s")
     try:
+        args = parser().parse_args(argv)
+        if args.verbose:
+            logging.basicConfig(level=logging.DEBUG, format="%(name)s: %(message)s")
         return int(args.run(args))
     except CommandError as exc:
         print(f"mplex {args.command}: {exc}", file=sys.stderr)
@@ -46,6 +47,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         # Point stdout at /dev/null so that the interpreter's final flush stays quiet.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
+    except KeyboardInterrupt:
+        return INTERRUPTED
+    except BaseExceptionGroup as group:  # Ctrl-C inside a nursery of the command's own
+        rest = group.split(KeyboardInterrupt)[1]
+        if rest is None:
+            return INTERRUPTED
+        raise
+
+
+#: The exit status after Ctrl-C, as shells report a process that SIGINT ended (128 + 2).
+INTERRUPTED = 130
 
 
 def parser() -> argparse.ArgumentParser:
@@ -104,7 +116,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--streams", metavar="N", type=_positive, default=10, help="streams, all at once")
     p.add_argument("--size", metavar="BYTES", type=_positive, default=65536, help="bytes sent on each stream")
     p.add_argument("--verify", action="store_true", help="check that every stream echoes its bytes")
-    p.add_argument("--seed", metavar="N", type=int, default=0, help="seed of the random payload")
+    p.add_argument("--seed", metavar="N", type=_whole_number, default=0, help="seed of the random payload")
     p.add_argument(
         "--connect-timeout",
         metavar="SECONDS",
@@ -122,7 +134,7 @@ def parser() -> argparse.ArgumentParser:
 
     p = command("bench", "run the benchmark suite (default: the 105 MB / 32 B case)")
     p.add_argument("cases", nargs="*", help="case names, e.g. 32B latency fan-out (default: 32B)")
-    p.add_argument("--quick", action="store_true", help="tiny sizes, seconds in all")
+    p.add_argument("--quick", action="store_true", help="tiny sizes, seconds in all; no verdicts")
     p.add_argument(
         "--runs", metavar="N", type=_positive, help="runs per implementation (default: the suite's)"
     )
@@ -145,11 +157,21 @@ class _ShowDefaults(argparse.HelpFormatter):
 def _bench_command(args: argparse.Namespace) -> int:
     import contextlib  # noqa: PLC0415
     import io  # noqa: PLC0415
+    import json  # noqa: PLC0415
+    import subprocess  # noqa: PLC0415
     import tempfile  # noqa: PLC0415
     from pathlib import Path  # noqa: PLC0415
 
     from .._bench import suite  # noqa: PLC0415  (heavy; only for this command)
 
+    unknown = suite.unknown_cases(args.cases)
+    if unknown:
+        print(
+            f"mplex bench: no case named {', '.join(map(repr, unknown))}; the cases are: "
+            + ", ".join(suite.case_names()),
+            file=sys.stderr,
+        )
+        return 2
     argv = list(args.cases or ["32B"])
     if args.quick:
         argv.append("--quick")
@@ -160,35 +182,52 @@ def _bench_command(args: argparse.Namespace) -> int:
     # --json: the results as JSON on stdout, nothing else there (progress stays on stderr).
     with tempfile.TemporaryDirectory() as tmp:
         saved = Path(tmp) / "results.json"
-        with contextlib.redirect_stdout(io.StringIO()):
-            status = suite.main([*argv, "--json", str(saved)])
+        try:
+            with contextlib.redirect_stdout(io.StringIO()):
+                status = suite.main([*argv, "--json", str(saved)])
+        except (RuntimeError, OSError, subprocess.SubprocessError) as exc:  # a run failed
+            print(json.dumps({"failure": str(exc).splitlines()[0] if str(exc) else type(exc).__name__}))
+            return 1
         print(saved.read_text())
     return status
 
 
+def _whole_number(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+
+
 def _positive(text: str) -> int:
-    value = int(text)
+    value = _whole_number(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be a positive whole number, not {text}")
     return value
 
 
 def _non_negative(text: str) -> int:
-    value = int(text)
+    value = _whole_number(text)
     if value < 0:
         raise argparse.ArgumentTypeError(f"must be a whole number >= 0, not {text}")
     return value
 
 
 def _seconds(text: str) -> float:
-    value = float(text)
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
     if not 0 <= value < float("inf"):  # also refuses nan
         raise argparse.ArgumentTypeError(f"must be a finite, non-negative number of seconds, not {text}")
     return value
 
 
 def _port_number(text: str) -> int:
-    value = int(text)
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
     if not 0 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"is not a TCP port: {text}")
+        raise argparse.ArgumentTypeError(f"{text!r} is not a TCP port (a whole number from 0 to 65535)")
     return value

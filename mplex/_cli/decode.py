@@ -50,7 +50,8 @@ def decode_command(args: argparse.Namespace) -> int:
         )
         offset += _frame_size(frame)
     print_table(
-        f"{len(frames)} frames in {len(raw) - start} bytes" + (f" from byte {start}" if start else ""),
+        f"{_count(len(frames), 'frame')} in {_count(len(raw) - start, 'byte')}"
+        + (f" from byte {start}" if start else ""),
         ["offset", "stream", "sent by", "flag", "length", "data"],
         rows,
         plain=args.plain,
@@ -100,3 +101,8 @@ def _preview(data: bytes, limit: int = 16) -> str:
 def _frame_size(frame: Frame) -> int:
     """Bytes the frame took on the wire (varints are minimal, or it was rejected)."""
     return len(encode_uvarint(frame.header)) + len(encode_uvarint(len(frame.data))) + len(frame.data)
+
+
+def _count(number: int, noun: str) -> str:
+    """``1 frame``, ``2 frames``."""
+    return f"{number} {noun}" if number == 1 else f"{number} {noun}s"

@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field
 import trio
 
 from .._codec import PROTOCOL_ID
+from .._logging import describe
 from .._multistream import NegotiationError
 from .._muxer import Muxer, open_muxer
 from .._negotiation import select_protocol
@@ -99,9 +100,14 @@ class Report:
     errors: list[str] = field(default_factory=list)
     failure: str | None = None
 
+    def fields(self) -> dict[str, object]:
+        """What the table and the JSON show: the errors as their count (the first one
+        is in ``failure``)."""
+        return {**asdict(self), "errors": len(self.errors)}
+
     def rows(self) -> list[list[str]]:
-        """The report as a two-column table (the errors as their count)."""
-        shown = {**asdict(self), "errors": len(self.errors)}
+        """The report as a two-column table."""
+        shown = self.fields()
         del shown["failure"]
         return [
             [key, f"{value:.3f}" if isinstance(value, float) else str(value)] for key, value in shown.items()
@@ -109,10 +115,16 @@ class Report:
 
 
 def dial_command(args: argparse.Namespace) -> int:
-    """Dial, print the report (or the one line why it failed); 1 if it failed."""
-    report = trio.run(_dial, args)
+    """Dial, print the report (or the one line why it failed); 1 if it failed.  With
+    ``--json`` one JSON object is printed whatever happens, failures included."""
+    try:
+        report = trio.run(_dial, args)
+    except CommandError as exc:  # could not connect or negotiate
+        if not args.json:
+            raise
+        report = Report(streams=args.streams, verified=args.verify, failure=str(exc))
     if args.json:
-        print(json.dumps(asdict(report)))
+        print(json.dumps(report.fields()))
     elif report.failure is None:
         print_table(f"dial {args.host}:{args.port}", ["", ""], report.rows(), plain=args.plain)
     if report.failure is not None:
@@ -184,7 +196,7 @@ async def _one_stream(muxer: Muxer, payload: Payload, verify: bool, report: Repo
                 if check is not None:
                     check.feed(data)
     except* trio.BrokenResourceError as group:
-        report.errors.append(f"stream {payload.index}: {group.exceptions[0]}")
+        report.errors.append(f"stream {payload.index}: {describe(group.exceptions[0])}")
         failed = True
     if not failed and check is not None and not check.verified:
         report.mismatches += 1

@@ -16,12 +16,12 @@ __all__ = ["serve_command"]
 
 
 def serve_command(args: argparse.Namespace) -> int:
-    """Serve until Ctrl-C or SIGTERM; 1 if the port cannot be had."""
-    trio.run(_serve, args)
-    return 0
+    """Serve until Ctrl-C (exit status 130, as for every subcommand) or SIGTERM (0, a
+    clean stop); 1 if the port cannot be had."""
+    return trio.run(_serve, args)
 
 
-async def _serve(args: argparse.Namespace) -> None:
+async def _serve(args: argparse.Namespace) -> int:
     try:
         listeners = await trio.open_tcp_listeners(args.port, host=args.host)
     except OSError as exc:
@@ -32,9 +32,10 @@ async def _serve(args: argparse.Namespace) -> None:
             handler = partial(_handle_stream, mode=args.mode, size=args.size)
             nursery.start_soon(partial(serve_listeners, handler, listeners, negotiate=args.negotiate))
             print(f"mplex: serving {args.mode} on {host}:{port}", flush=True)
-            async for _ in signals:  # Ctrl-C or SIGTERM: stop serving, exit cleanly
+            async for number in signals:  # Ctrl-C or SIGTERM: stop serving, exit quietly
                 nursery.cancel_scope.cancel()
-                break
+                return 128 + signal.SIGINT if number == signal.SIGINT else 0
+    return 0  # (the signal receiver never ends by itself)
 
 
 async def _handle_stream(stream: MplexStream, mode: str, size: int) -> None:
