@@ -22,7 +22,7 @@ SUITE_DIR := .cache/pylibp2p
 SUITE_STAMP := $(SUITE_DIR)/.installed
 export MPLEX_BENCH_PYLIBP2P_PYTHON := $(abspath $(BENCH_VENV))/bin/python
 
-.PHONY: test test-full test-pythons test-libp2p lint docs bench bench-quick clean
+.PHONY: test test-full test-pythons test-libp2p lint docs bench bench-quick matrices clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -67,6 +67,12 @@ $(SUITE_STAMP): $(BENCH_STAMP)
 	tar -xzf $(SUITE_DIR)/libp2p-0.8.1.tar.gz -C $(SUITE_DIR) libp2p-0.8.1/tests libp2p-0.8.1/pyproject.toml
 	$(BENCH_VENV)/bin/python -m pip install -q -c constraints.txt factory-boy pytest-mock pytest-timeout
 	touch $@
+
+# The interop matrices on the documentation's Interoperability and py-libp2p pages:
+# rerun the interop tests and write what they saw (no other run writes them).
+matrices: $(STAMP) $(JS_STAMP) $(BENCH_STAMP) $(SUITE_STAMP)
+	MPLEX_WRITE_MATRICES=1 $(BIN)/python -m pytest -q tests/test_interop.py
+	MPLEX_WRITE_MATRICES=1 MPLEX_LIBP2P_TESTS=1 $(BENCH_VENV)/bin/python -m pytest -q -p no:cacheprovider tests/libp2p
 
 # The long versions: the 30-second soak, the 100,000-stream churn, and py-libp2p's
 # identify-push tests with our mplex.

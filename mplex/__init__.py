@@ -148,8 +148,15 @@ __all__ = [
 ]
 
 
+#: Public submodules ``mplex.<name>`` imports on first use (``mplex.libp2p`` needs the
+#: ``libp2p`` extra, so it is imported only by name: ``import mplex.libp2p``).
+_SUBMODULES = frozenset({"testing"})
+
+
 def __getattr__(name: str) -> Any:
     """Import a public name from its module the first time it is used."""
+    if name in _SUBMODULES:
+        return importlib.import_module(f".{name}", __name__)
     home = _HOMES.get(name)
     if home is None:
         raise AttributeError(f"module 'mplex' has no attribute {name!r}")
@@ -164,7 +171,8 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+    """The public names only (not this module's own imports)."""
+    return sorted(set(__all__) | _SUBMODULES)
 
 
 def _publish(name: str, value: Any) -> None:

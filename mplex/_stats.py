@@ -12,15 +12,23 @@ __all__ = ["Counters", "MuxerStats"]
 class MuxerStats:
     """A read-only snapshot of one muxer's counters (``Muxer.stats``), for monitoring."""
 
+    #: Bytes handed to the transport (frames whole: headers, lengths and bodies).
     bytes_sent: int = 0
+    #: Bytes read from the transport.
     bytes_received: int = 0
+    #: Frames queued for the transport, control frames included.
     frames_sent: int = 0
+    #: Frames decoded from the transport (before adjacent Message frames are merged).
     frames_received: int = 0
+    #: Streams this side opened.
     streams_opened: int = 0
+    #: Streams the peer opened that a task took with ``accept_stream``.
     streams_accepted: int = 0
     #: Inbound streams answered with Reset because a limit was reached.
     streams_refused: int = 0
+    #: Reset frames sent (by ``reset()``, a refusal or the slow-reader policy).
     resets_sent: int = 0
+    #: Reset frames received.
     resets_received: int = 0
     #: Streams we reset because their reader fell behind (the slow-reader policy),
     #: or because nobody accepted them while their data piled up.

@@ -196,6 +196,13 @@ class MplexStream(SendSide, trio.abc.HalfCloseableStream):
             raise self._failure_error() from self._failure_cause()
 
     @property
+    def closed(self) -> bool:
+        """True once neither direction can carry more data: both sides closed the
+        stream, either side reset it, it was closed here, or the connection ended.
+        (Data that arrived before may still wait in ``receive_some``.)"""
+        return not self._can_send and not self._can_receive
+
+    @property
     def unread_bytes(self) -> int:
         """Bytes received on this stream and not read yet (they count against
         ``Config.max_stream_buffer`` and ``max_connection_buffer``)."""

@@ -1,11 +1,12 @@
-"""Writes the README's interop matrices from what the tests saw.
+"""Writes the documentation's interop matrices from what the tests saw, when asked.
 
 An interop test carries ``@pytest.mark.interop("<scenario>")`` (tests/test_interop.py:
 our muxer against js-libp2p's and py-libp2p's, once per peer and role) or
 ``@pytest.mark.host_interop("<scenario>")`` (tests/libp2p: py-libp2p hosts running
-``mplex.libp2p``).  When a run includes every test of a matrix, the table between
-that matrix's README markers is replaced by what this run saw, so a matrix can only
-say what the tests proved.
+``mplex.libp2p``).  With ``MPLEX_WRITE_MATRICES=1`` (``make matrices``), a run that
+includes every test of a matrix replaces the table in that matrix's file under
+``docs/_matrices/`` by what it saw, so a matrix can only say what the tests proved.
+An ordinary run writes nothing: tests do not edit the checkout.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ if not os.environ.get("MPLEX_LIBP2P_TESTS"):
     collect_ignore = ["libp2p"]
 
 ROOT = Path(__file__).resolve().parent.parent
-README = ROOT / "README.md"
+MATRIX_FILES = ROOT / "docs" / "_matrices"
 LOCK = ROOT / "tests" / "interop" / "package-lock.json"
 
 #: The columns of the host matrix, from a test's parameters.
@@ -62,7 +63,8 @@ def _host_column(params: dict[str, Any]) -> str:
 @dataclasses.dataclass
 class Matrix:
     marker: str
-    name: str  # the README markers are <!-- {name}:start --> and <!-- {name}:end -->
+    name: str  # its file's markers are <!-- {name}:start --> and <!-- {name}:end -->
+    file: str  # under docs/_matrices/
     home: str  # the file or folder (under the checkout) of the tests that fill it
     column: Callable[[dict[str, Any]], str]
     caption: Callable[[], str]
@@ -90,16 +92,19 @@ class Matrix:
         ]
         return "\n".join(lines)
 
-    def replace_in(self, readme: str) -> str:
+    def write(self) -> None:
+        path = MATRIX_FILES / self.file
+        text = path.read_text()
         start_marker, end_marker = f"<!-- {self.name}:start -->", f"<!-- {self.name}:end -->"
-        start, end = readme.index(start_marker) + len(start_marker), readme.index(end_marker)
-        return readme[:start] + "\n" + self.render() + "\n" + readme[end:]
+        start, end = text.index(start_marker) + len(start_marker), text.index(end_marker)
+        path.write_text(text[:start] + "\n" + self.render() + "\n" + text[end:])
 
 
 MATRICES = [
     Matrix(
         "interop",
         "interop-matrix",
+        "interop.md",
         "tests/test_interop.py",
         _peer_column,
         lambda: (
@@ -111,6 +116,7 @@ MATRICES = [
     Matrix(
         "host_interop",
         "host-matrix",
+        "host.md",
         "tests/libp2p",
         _host_column,
         lambda: (
@@ -148,9 +154,9 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
-    readme = README.read_text()
+    if not os.environ.get("MPLEX_WRITE_MATRICES"):
+        return
     for matrix in MATRICES:
         # A partial run (-k, -x, a subset of files) proves too little to publish.
         if matrix.complete():
-            readme = matrix.replace_in(readme)
-    README.write_text(readme)
+            matrix.write()

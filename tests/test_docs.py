@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import html.parser
 import pathlib
+import posixpath
 import re
 import subprocess
 import sys
+import urllib.parse
 
 import pytest
 
@@ -59,3 +62,56 @@ def test_help_of_a_stream_lists_what_identifies_it() -> None:
         ("name_bytes", "The raw name"),
     ]:
         assert f"|  {attribute}\n |      {words}" in described
+
+
+class _Links(html.parser.HTMLParser):
+    """The links and anchors of one page."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.links: list[str] = []
+        self.anchors: set[str] = set()
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        for name, value in attrs:
+            if name == "href" and value is not None:
+                self.links.append(value)
+            elif name in ("id", "name") and value is not None:
+                self.anchors.add(value)
+
+
+def test_every_link_of_the_built_site_resolves(tmp_path: pathlib.Path) -> None:
+    """Every link from one page of the site to another reaches a page and an anchor
+    that exist (a link into the repository's files, like ``examples/x.py`` written
+    relative to the README, would not)."""
+    out = tmp_path / "html"
+    build = subprocess.run(
+        [sys.executable, "-m", "sphinx", "-q", "-W", "--keep-going", "-b", "html", str(DOCS), str(out)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert build.returncode == 0, build.stderr
+    pages = {}
+    for page in out.rglob("*.html"):
+        parsed = _Links()
+        parsed.feed(page.read_text())
+        pages[page.relative_to(out).as_posix()] = parsed
+    broken = []
+    for name, page in pages.items():
+        for link in page.links:
+            target = urllib.parse.urlsplit(link)
+            if target.scheme or link.startswith(("mailto:", "//")):
+                continue  # another site's: intersphinx, the project's links
+            path = name
+            if target.path:
+                path = posixpath.normpath(posixpath.join(posixpath.dirname(name), target.path))
+            if path not in pages:
+                if not (out / path).is_file():
+                    broken.append(f"{name}: {link} (no such page)")
+                continue
+            if target.fragment and target.fragment not in pages[path].anchors:
+                broken.append(f"{name}: {link} (no such anchor)")
+    assert not broken, "\n".join(broken)
+    assert len(pages) > 10

@@ -37,9 +37,15 @@ def test_wheel_and_sdist_build_and_the_wheel_installs_and_runs(tmp_path: pathlib
     assert "mplex/py.typed" in names
     assert any(name.endswith(".dist-info/licenses/LICENSE") for name in names)
     with tarfile.open(next(dist.glob("trio_mplex-*.tar.gz"))) as sdist:
-        assert any(name.endswith("/LICENSE") for name in sdist.getnames())
+        shipped = sdist.getnames()
+        assert any(name.endswith("/LICENSE") for name in shipped)
+        # The documentation's programs: the py-libp2p guide shows this one whole.
+        assert any(name.endswith("/examples/libp2p_host.py") for name in shipped)
     metadata = zipfile.ZipFile(wheels[0]).read(next(n for n in names if n.endswith(".dist-info/METADATA")))
     assert b"License-Expression: MIT" in metadata
+    assert b"Author: The trio-mplex authors" in metadata
+    for label in (b"Documentation", b"Source", b"Changelog", b"Issues"):
+        assert b"Project-URL: " + label + b", https://" in metadata
     assert b"Programming Language :: Python :: 3.13" in metadata
     # Extras take ranges; the exact pins of `make test` live in constraints.txt.
     specs = [line.split(b";")[0] for line in metadata.splitlines() if line.startswith(b"Requires-Dist:")]
@@ -90,7 +96,7 @@ def _the_sdist_installs_and_runs(sdist: pathlib.Path, tmp_path: pathlib.Path) ->
         env=CLEAN_ENV,
         check=False,
     )
-    assert (decode.returncode, decode.stdout.splitlines()[0]) == (0, "1 frames in 3 bytes")
+    assert (decode.returncode, decode.stdout.splitlines()[0]) == (0, "1 frame in 3 bytes")
 
 
 def _every_readme_command_works(mplex: pathlib.Path, cwd: pathlib.Path) -> None:

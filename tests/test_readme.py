@@ -1,4 +1,5 @@
-"""The README's quick start runs as written."""
+"""The README (the front page, also on PyPI): its quick start runs as written, and its
+links work from anywhere."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ import re
 import subprocess
 import sys
 
-README = pathlib.Path(__file__).resolve().parent.parent / "README.md"
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+README = ROOT / "README.md"
 
 
 def test_quick_start_prints_the_echoed_message() -> None:
@@ -46,8 +48,9 @@ def _interop_scenarios() -> set[str]:
 
 
 def test_interop_matrix_has_a_passing_row_for_every_scenario_the_tests_define() -> None:
-    """The matrix is written by tests/conftest.py; this catches a stale or edited one."""
-    text = README.read_text()
+    """The matrix is written by `make matrices` (tests/conftest.py); this catches a
+    stale or edited one."""
+    text = (ROOT / "docs" / "_matrices" / "interop.md").read_text()
     matrix = text[text.index("<!-- interop-matrix:start -->") : text.index("<!-- interop-matrix:end -->")]
     rows = [line.split(" | ") for line in matrix.splitlines() if line.startswith("| ") and "---" not in line]
     header, body = rows[0], rows[1:]
@@ -59,3 +62,18 @@ def test_interop_matrix_has_a_passing_row_for_every_scenario_the_tests_define() 
     ]
     assert {row[0].removeprefix("| ") for row in body} == _interop_scenarios()
     assert {cell.removesuffix(" |") for row in body for cell in row[1:]} <= {"pass", "n/a"}
+
+
+def test_every_link_of_the_readme_is_absolute() -> None:
+    """PyPI shows the README away from the repository: a relative link would not resolve."""
+    links = re.findall(r"\]\(([^)]+)\)", README.read_text())
+    assert links
+    assert [link for link in links if not link.startswith("https://")] == []
+
+
+def test_the_readme_is_a_front_page() -> None:
+    text = README.read_text()
+    assert len(text.splitlines()) <= 170
+    for heading in ("## Install", "## Quick start", "## The API at a glance", "## Documentation"):
+        assert heading in text
+    assert text.index("## Quick start") < text.index("## The `mplex` command")

@@ -310,3 +310,40 @@ class TestBusyGuards:
             await stream.send_all(b"ok")
             peer = await right.accept_stream()
             assert await peer.receive_some() == b"ok"
+
+
+@over_every_transport
+class TestClosed:
+    """``MplexStream.closed``: True once neither direction can carry more data."""
+
+    async def test_a_stream_is_closed_once_both_sides_closed_it(self, transport: Any) -> None:
+        async with transport() as (a, b), mplex.open_muxer(a) as left, mplex.open_muxer(b) as right:
+            ours = await left.open_stream()
+            assert not ours.closed
+            await ours.send_eof()
+            assert not ours.closed  # the peer may still send
+            theirs = await right.accept_stream()
+            assert await read_all(theirs) == b""
+            assert not theirs.closed  # it may still send
+            await theirs.send_eof()
+            assert theirs.closed
+            assert await read_all(ours) == b""
+            assert ours.closed
+
+    async def test_a_reset_closes_both_ends(self, transport: Any) -> None:
+        async with transport() as (a, b), mplex.open_muxer(a) as left, mplex.open_muxer(b) as right:
+            ours = await left.open_stream()
+            await ours.send_all(b"x")
+            theirs = await right.accept_stream()
+            ours.reset()
+            assert ours.closed
+            with pytest.raises(mplex.StreamReset):
+                while True:
+                    await theirs.receive_some()
+            assert theirs.closed
+
+    async def test_the_connections_end_closes_every_stream(self, transport: Any) -> None:
+        async with transport() as (a, _), mplex.open_muxer(a) as left:
+            ours = await left.open_stream()
+            await left.aclose()
+            assert ours.closed

@@ -196,6 +196,19 @@ class MplexMuxedStream(IMuxedStream):
         finally:
             self._writing.give_back()
 
+    async def close_write(self) -> None:
+        """Half-close, as ``close()``: py-libp2p's ``NetStream.close_write()`` calls this
+        when a muxed stream has it, so that no transport's ``close()`` that ends both
+        directions is used where only writing should end."""
+        await self.close()
+
+    @property
+    def is_closed(self) -> bool:
+        """True once the stream can carry nothing more either way (both sides closed
+        it, it was reset, or its connection ended), as py-libp2p's
+        ``NetStream.is_closed`` asks of a muxed stream."""
+        return self.stream.closed
+
     async def reset(self) -> None:
         """End both directions at once and tell the peer."""
         self.stream.reset()

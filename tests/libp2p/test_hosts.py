@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 import trio
+from libp2p.custom_types import TProtocol
 from libp2p.host.ping import PingService
 from libp2p.identity.identify.identify import ID as IDENTIFY
 from libp2p.identity.identify.pb.identify_pb2 import Identify
@@ -177,3 +178,48 @@ class TestStreamBehaviourThroughHosts:
                 conn = a.get_network().get_connections(b.get_id())[0].muxed_conn
         assert conn.is_closed
         assert conn.muxer.end_reason in (mplex.EndReason.CLOSED, mplex.EndReason.PEER_CLOSED)
+
+
+RESETS = TProtocol("/resets/1.0.0")
+
+
+async def reset_at_once(stream: Any) -> None:
+    await stream.reset()
+
+
+class TestNetStreamHooks:
+    """py-libp2p 0.8.1's ``NetStream`` asks a muxed stream for ``close_write()`` and
+    ``is_closed`` when it has them; ours has both."""
+
+    async def test_close_write_half_closes_and_the_reply_still_comes(self) -> None:
+        async with host_pair("noise", "ours-ours") as (a, b):
+            with trio.fail_after(10):
+                stream = await a.new_stream(b.get_id(), [ECHO])
+                await stream.write(b"request")
+                await stream.close_write()
+                assert await stream.read() == b"request"  # the echo, then its end
+                with pytest.raises(StreamEOF):
+                    await stream.read()
+            assert stream.muxed_stream.is_closed  # both sides closed it
+
+    async def test_is_closed_tells_a_stream_the_peer_reset(self) -> None:
+        async with host_pair("noise", "ours-ours") as (a, b):
+            b.set_stream_handler(RESETS, reset_at_once)
+            with trio.fail_after(10):
+                stream = await a.new_stream(b.get_id(), [RESETS])
+                # Wait for the reset on the mplex stream itself, so that NetStream
+                # learns of it only by asking its muxed stream.
+                with pytest.raises(mplex.StreamReset):
+                    while True:
+                        await stream.muxed_stream.stream.receive_some()
+            assert stream.is_closed
+
+    async def test_an_open_stream_is_not_closed(self) -> None:
+        async with host_pair("noise", "ours-ours") as (a, b):
+            with trio.fail_after(10):
+                stream = await a.new_stream(b.get_id(), [ECHO])
+                await stream.write(b"x")
+                assert await stream.read(1) == b"x"
+            assert not stream.is_closed and not stream.muxed_stream.is_closed
+            await stream.close_write()
+            assert not stream.muxed_stream.is_closed  # the echo side may still send
