@@ -147,3 +147,10 @@ def test_slow_reader_policies_behave_as_documented() -> None:
         r"block-then-reset +A: reset after 0 bytes \(our policy\); B: echo of b'ping' waited behind A",
         lines[2],
     )
+
+
+def test_testing_a_protocol_runs_its_tests() -> None:
+    assert run("testing_a_protocol.py").splitlines() == [
+        "test_a_known_key_gets_its_value: passed",
+        "test_an_unknown_key_gets_a_reset: passed",
+    ]

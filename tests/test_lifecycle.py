@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import ssl
 from collections.abc import Callable
 from typing import Any
 
@@ -11,7 +13,17 @@ import trio.testing
 
 import mplex
 from mplex import Flag
-from tests.helpers import RawPeer, frame, muxer_pair, over_every_transport, raw_pair, read_all, settle
+from tests.helpers import (
+    RawPeer,
+    frame,
+    muxer_pair,
+    over_every_transport,
+    raw_pair,
+    read_all,
+    settle,
+    tcp_streams,
+    tls_contexts,
+)
 
 
 class TestStartAndClose:
@@ -312,3 +324,28 @@ class TestLogging:
             await stream.send_all(b"quiet")
             assert await (await right.accept_stream()).receive_some() == b"quiet"
         assert [r for r in caplog.records if r.name == "mplex"] == []
+
+    async def test_a_tls_failure_is_logged_by_its_cause(self, caplog: pytest.LogCaptureFixture) -> None:
+        # A client that does not trust the server's certificate authority.
+        caplog.set_level("INFO", logger="mplex")
+        a, b = await tcp_streams()
+        _, server_context = tls_contexts()
+        untrusting = trio.SSLStream(a, ssl.create_default_context(), server_hostname="127.0.0.1")
+        server = trio.SSLStream(b, server_context, server_side=True)
+
+
+        async def serve() -> None:
+            with contextlib.suppress(trio.BrokenResourceError):
+                await server.do_handshake()  # the client refuses it
+            await trio.aclose_forcefully(server)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(serve)
+            async with mplex.open_muxer(untrusting) as muxer:
+                with trio.fail_after(10):
+                    while not muxer.closed:
+                        await trio.testing.wait_all_tasks_blocked(0.01)
+        assert muxer.end_reason is mplex.EndReason.TRANSPORT_FAILED
+        [line] = [r.getMessage() for r in caplog.records if "connection ended" in r.getMessage()]
+        assert "the transport failed while receiving: TLS: certificate verify failed (" in line
+        assert "BrokenResourceError" not in line

@@ -127,9 +127,10 @@ def _every_readme_command_works(mplex: pathlib.Path, cwd: pathlib.Path) -> None:
         assert "verified" in dial.stdout and "mismatches" in dial.stdout
     finally:
         server.send_signal(signal.SIGINT)
-        assert server.wait(timeout=10) == 0
-        assert server.stdout is not None
-        server.stdout.close()
+        stopped = server.wait(timeout=10)
+        if server.stdout is not None:
+            server.stdout.close()
+    assert stopped == 130  # Ctrl-C, quietly
     decode = run("decode", "--hex", stdin="00 01 30 02 02 68 69 07 00")
     assert decode.returncode == 1
     assert (
