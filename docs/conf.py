@@ -93,10 +93,12 @@ def _for_module_with_private_comments(cls: type[ModuleAnalyzer], modname: str) -
     analyzer = _for_module(modname)
     if modname in _PACKAGES and not getattr(analyzer, "_private_comments_added", False):
         analyzer.analyze()
-        for path in sorted(ROOT.joinpath(*modname.split(".")).glob("_*.py")):
+        folder = ROOT.joinpath(*modname.split("."))
+        for path in sorted([*folder.glob("_*.py"), *folder.glob("_*/*.py")]):
             if path.name.startswith("__"):  # (never __init__ or __main__)
                 continue
-            private = ModuleAnalyzer.for_file(str(path), f"{modname}.{path.stem}")
+            dotted = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+            private = ModuleAnalyzer.for_file(str(path), dotted)
             for key, comment in private.find_attr_docs().items():
                 analyzer.attr_docs.setdefault(key, comment)
         analyzer._private_comments_added = True  # type: ignore[attr-defined]

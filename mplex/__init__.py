@@ -23,85 +23,85 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ._codec import MAX_MESSAGE_SIZE as MAX_MESSAGE_SIZE
-    from ._codec import MAX_STREAM_ID as MAX_STREAM_ID
-    from ._codec import PROTOCOL_ID as PROTOCOL_ID
-    from ._codec import Encoder as Encoder
-    from ._codec import Flag as Flag
-    from ._codec import Frame as Frame
-    from ._config import Config as Config
-    from ._config import SlowReaderPolicy as SlowReaderPolicy
-    from ._decoder import Decoder as Decoder
-    from ._errors import ConnectionLost as ConnectionLost
-    from ._errors import EndReason as EndReason
-    from ._errors import MuxerClosed as MuxerClosed
-    from ._errors import StreamReset as StreamReset
-    from ._exceptions import FrameTooLargeError as FrameTooLargeError
-    from ._exceptions import InvalidVarintError as InvalidVarintError
-    from ._exceptions import MplexError as MplexError
-    from ._exceptions import ProtocolError as ProtocolError
-    from ._exceptions import UnknownFlagError as UnknownFlagError
-    from ._multistream import MAX_PROTOCOL_MESSAGE_SIZE as MAX_PROTOCOL_MESSAGE_SIZE
-    from ._multistream import MULTISTREAM_PROTOCOL_ID as MULTISTREAM_PROTOCOL_ID
-    from ._multistream import DialerNegotiation as DialerNegotiation
-    from ._multistream import ListenerNegotiation as ListenerNegotiation
-    from ._multistream import NegotiationError as NegotiationError
-    from ._multistream import ProtocolNotSupportedError as ProtocolNotSupportedError
+    from ._endings import ConnectionLost as ConnectionLost
+    from ._endings import EndReason as EndReason
+    from ._endings import MuxerClosed as MuxerClosed
+    from ._endings import StreamReset as StreamReset
+    from ._engine.config import Config as Config
+    from ._engine.config import SlowReaderPolicy as SlowReaderPolicy
+    from ._engine.decoder import Decoder as Decoder
+    from ._engine.errors import FrameTooLargeError as FrameTooLargeError
+    from ._engine.errors import InvalidVarintError as InvalidVarintError
+    from ._engine.errors import MplexError as MplexError
+    from ._engine.errors import ProtocolError as ProtocolError
+    from ._engine.errors import UnknownFlagError as UnknownFlagError
+    from ._engine.multistream import MAX_PROTOCOL_MESSAGE_SIZE as MAX_PROTOCOL_MESSAGE_SIZE
+    from ._engine.multistream import MULTISTREAM_PROTOCOL_ID as MULTISTREAM_PROTOCOL_ID
+    from ._engine.multistream import DialerNegotiation as DialerNegotiation
+    from ._engine.multistream import ListenerNegotiation as ListenerNegotiation
+    from ._engine.multistream import NegotiationError as NegotiationError
+    from ._engine.multistream import ProtocolNotSupportedError as ProtocolNotSupportedError
+    from ._engine.stats import MuxerStats as MuxerStats
+    from ._engine.varint import decode_uvarint as decode_uvarint
+    from ._engine.varint import encode_uvarint as encode_uvarint
+    from ._engine.wire import MAX_MESSAGE_SIZE as MAX_MESSAGE_SIZE
+    from ._engine.wire import MAX_STREAM_ID as MAX_STREAM_ID
+    from ._engine.wire import PROTOCOL_ID as PROTOCOL_ID
+    from ._engine.wire import Encoder as Encoder
+    from ._engine.wire import Flag as Flag
+    from ._engine.wire import Frame as Frame
     from ._muxer import Muxer as Muxer
     from ._muxer import open_muxer as open_muxer
-    from ._negotiation import accept_protocol as accept_protocol
-    from ._negotiation import select_protocol as select_protocol
+    from ._select import accept_protocol as accept_protocol
+    from ._select import select_protocol as select_protocol
     from ._serve import LOGGED_HANDLER_ERRORS as LOGGED_HANDLER_ERRORS
     from ._serve import StreamHandler as StreamHandler
     from ._serve import serve_connection as serve_connection
     from ._serve import serve_listeners as serve_listeners
     from ._serve import serve_tcp as serve_tcp
-    from ._stats import MuxerStats as MuxerStats
     from ._stream import MplexStream as MplexStream
-    from ._varint import decode_uvarint as decode_uvarint
-    from ._varint import encode_uvarint as encode_uvarint
 
 #: Where each public name lives.  Names are imported on first use (PEP 562), so that
 #: ``import mplex`` or the sans-IO ``mplex._codec`` costs no trio import until a
 #: trio-layer name (``Muxer``, ``open_muxer``, ...) is asked for.
 _HOMES = {
-    "MAX_MESSAGE_SIZE": "._codec",
-    "MAX_STREAM_ID": "._codec",
-    "PROTOCOL_ID": "._codec",
-    "Decoder": "._decoder",
-    "Encoder": "._codec",
-    "Flag": "._codec",
-    "Frame": "._codec",
-    "Config": "._config",
-    "SlowReaderPolicy": "._config",
-    "ConnectionLost": "._errors",
-    "EndReason": "._errors",
-    "MuxerClosed": "._errors",
-    "StreamReset": "._errors",
-    "FrameTooLargeError": "._exceptions",
-    "InvalidVarintError": "._exceptions",
-    "MplexError": "._exceptions",
-    "ProtocolError": "._exceptions",
-    "UnknownFlagError": "._exceptions",
-    "MAX_PROTOCOL_MESSAGE_SIZE": "._multistream",
-    "MULTISTREAM_PROTOCOL_ID": "._multistream",
-    "DialerNegotiation": "._multistream",
-    "ListenerNegotiation": "._multistream",
-    "NegotiationError": "._multistream",
-    "ProtocolNotSupportedError": "._multistream",
+    "MAX_MESSAGE_SIZE": "._engine.wire",
+    "MAX_STREAM_ID": "._engine.wire",
+    "PROTOCOL_ID": "._engine.wire",
+    "Decoder": "._engine.decoder",
+    "Encoder": "._engine.wire",
+    "Flag": "._engine.wire",
+    "Frame": "._engine.wire",
+    "Config": "._engine.config",
+    "SlowReaderPolicy": "._engine.config",
+    "ConnectionLost": "._endings",
+    "EndReason": "._endings",
+    "MuxerClosed": "._endings",
+    "StreamReset": "._endings",
+    "FrameTooLargeError": "._engine.errors",
+    "InvalidVarintError": "._engine.errors",
+    "MplexError": "._engine.errors",
+    "ProtocolError": "._engine.errors",
+    "UnknownFlagError": "._engine.errors",
+    "MAX_PROTOCOL_MESSAGE_SIZE": "._engine.multistream",
+    "MULTISTREAM_PROTOCOL_ID": "._engine.multistream",
+    "DialerNegotiation": "._engine.multistream",
+    "ListenerNegotiation": "._engine.multistream",
+    "NegotiationError": "._engine.multistream",
+    "ProtocolNotSupportedError": "._engine.multistream",
     "Muxer": "._muxer",
-    "MuxerStats": "._stats",
+    "MuxerStats": "._engine.stats",
     "open_muxer": "._muxer",
-    "accept_protocol": "._negotiation",
-    "select_protocol": "._negotiation",
+    "accept_protocol": "._select",
+    "select_protocol": "._select",
     "LOGGED_HANDLER_ERRORS": "._serve",
     "StreamHandler": "._serve",
     "serve_connection": "._serve",
     "serve_listeners": "._serve",
     "serve_tcp": "._serve",
     "MplexStream": "._stream",
-    "decode_uvarint": "._varint",
-    "encode_uvarint": "._varint",
+    "decode_uvarint": "._engine.varint",
+    "encode_uvarint": "._engine.varint",
 }
 
 __version__ = "0.1.0"

@@ -9,7 +9,7 @@ from typing import Any
 
 import trio
 
-from ._config import Config
+from ._engine.config import Config
 
 __all__ = ["checked_config", "checked_handler", "checked_transport", "require_trio"]
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import NoReturn
 
-from ._errors import ConnectionLost, EndReason, MuxerClosed, fresh_copy
-from ._state import ConnectionState
+from ._endings import ConnectionLost, EndReason, MuxerClosed, fresh_copy
+from ._engine.states import ConnectionState
 
 __all__ = ["Ending", "Lifecycle"]
 

@@ -14,8 +14,8 @@ from typing import Any
 
 import trio
 
-from ._codec import MAX_MESSAGE_SIZE, Flag
-from ._decoder import Decoder, RawFrame
+from ._engine.decoder import Decoder, RawFrame
+from ._engine.wire import MAX_MESSAGE_SIZE, Flag
 
 __all__ = ["ConnectionLog", "connection_label", "describe", "explain", "logger"]
 

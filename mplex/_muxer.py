@@ -68,18 +68,18 @@ from typing import Any, final
 import trio
 
 from ._arguments import checked_config, checked_transport, require_trio
-from ._codec import Encoder
-from ._config import Config
-from ._core import ConnectionCore
-from ._errors import ConnectionLost, EndReason, MuxerClosed
+from ._endings import ConnectionLost, EndReason, MuxerClosed
+from ._engine.config import Config
+from ._engine.states import ConnectionState
+from ._engine.stats import Counters, MuxerStats
+from ._engine.table import ConnectionCore
+from ._engine.unread import UnreadData, prime_allocator
+from ._engine.wire import Encoder
 from ._lifecycle import Ending, Lifecycle
 from ._logging import ConnectionLog, connection_label, describe
 from ._reader import Reader
-from ._receiving import UnreadData, prime_allocator
 from ._sendqueue import SendQueue
 from ._socket_path import POSIX_SOCKETS, SocketPath
-from ._state import ConnectionState
-from ._stats import Counters, MuxerStats
 from ._stream import MplexStream
 from ._stream_path import StreamPath
 from ._streams import Streams, name_bytes, name_limit

@@ -22,17 +22,17 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from ._config import Config
-from ._core import ConnectionCore, key_of
-from ._decoder import Decoder, RawFrame
-from ._errors import ConnectionLost, EndReason, MuxerClosed
-from ._exceptions import ProtocolError
+from ._endings import ConnectionLost, EndReason, MuxerClosed
+from ._engine.config import Config
+from ._engine.decoder import Decoder, RawFrame
+from ._engine.errors import ProtocolError
+from ._engine.stats import Counters
+from ._engine.table import ConnectionCore, key_of
+from ._engine.unread import UnreadData
 from ._logging import ConnectionLog, logger
 from ._read_turn import ReadTurn
-from ._receiving import UnreadData
 from ._sendqueue import wait_for_idle
 from ._socket_path import SocketPath
-from ._stats import Counters
 from ._stream_path import READ_SIZE, StreamPath
 from ._throttle import ReaderThrottle
 

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, NoReturn
 
 import trio
 
-from ._codec import Encoder, Flag
+from ._engine.wire import Encoder, Flag
 from ._guard import ConflictGuard
 from ._sendqueue import SendQueue
 

@@ -15,13 +15,13 @@ from typing import Any, NoReturn
 import trio
 
 from ._arguments import checked_config, checked_handler, require_trio
-from ._codec import PROTOCOL_ID
-from ._config import Config
-from ._errors import ConnectionLost, MuxerClosed
+from ._endings import ConnectionLost, MuxerClosed
+from ._engine.config import Config
+from ._engine.multistream import NegotiationError
+from ._engine.wire import PROTOCOL_ID
 from ._logging import ConnectionLog, logger
-from ._multistream import NegotiationError
 from ._muxer import Muxer
-from ._negotiation import accept_protocol
+from ._select import accept_protocol
 from ._stream import MplexStream
 from ._unwrapping import unwrapped
 

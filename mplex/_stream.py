@@ -33,13 +33,21 @@ from typing import TYPE_CHECKING, NoReturn, final
 
 import trio
 
-from ._codec import Encoder, Flag
-from ._errors import ConnectionLost, MuxerClosed, StreamReset, fresh_copy
+from ._endings import ConnectionLost, MuxerClosed, StreamReset, fresh_copy
+from ._engine.states import (
+    FINISHED_STATES,
+    Direction,
+    StreamEvent,
+    StreamState,
+    Verdict,
+    end_direction,
+    transition,
+)
+from ._engine.unread import ReceiveBuffer, UnreadData
+from ._engine.wire import Encoder, Flag
 from ._guard import ConflictGuard
-from ._receiving import ReceiveBuffer, UnreadData
 from ._sending import SendSide
 from ._sendqueue import SendQueue
-from ._state import FINISHED_STATES, Direction, StreamEvent, StreamState, Verdict, end_direction, transition
 
 if TYPE_CHECKING:
     from ._reader import Reader

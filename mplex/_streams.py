@@ -12,14 +12,14 @@ from collections.abc import Callable
 
 import trio
 
-from ._codec import Encoder, Flag
-from ._config import Config
-from ._core import ConnectionCore
-from ._errors import ConnectionLost, MuxerClosed
+from ._endings import ConnectionLost, MuxerClosed
+from ._engine.config import Config
+from ._engine.stats import Counters
+from ._engine.table import ConnectionCore
+from ._engine.unread import UnreadData
+from ._engine.wire import Encoder, Flag
 from ._reader import Reader
-from ._receiving import UnreadData
 from ._sendqueue import SendQueue
-from ._stats import Counters
 from ._stream import MplexStream
 from ._writer import Writer
 

@@ -23,9 +23,9 @@ from collections.abc import Callable, Iterator
 
 import trio
 
-from ._config import Config
-from ._core import ConnectionCore
-from ._receiving import UnreadData
+from ._engine.config import Config
+from ._engine.table import ConnectionCore
+from ._engine.unread import UnreadData
 from ._sendqueue import SendQueue
 from ._stream import MplexStream
 

@@ -15,11 +15,11 @@ from collections.abc import Awaitable, Callable
 
 import trio
 
-from ._codec import Encoder, Flag
+from ._engine.stats import Counters
+from ._engine.wire import Encoder, Flag
 from ._logging import ConnectionLog, logger
 from ._sendqueue import SendQueue
 from ._socket_path import SocketPath
-from ._stats import Counters
 
 __all__ = ["Writer"]
 

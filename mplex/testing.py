@@ -21,7 +21,7 @@ from collections.abc import AsyncIterator
 import trio
 import trio.testing
 
-from ._config import Config
+from ._engine.config import Config
 from ._muxer import Muxer
 
 __all__ = ["open_muxer_pair"]

@@ -13,7 +13,7 @@ import trio.testing
 
 import mplex
 from mplex import Flag
-from mplex._budget import SlidingBudget
+from mplex._engine.budget import SlidingBudget
 from tests.helpers import RawPeer, frame, over_every_transport, raw_pair, settle
 
 

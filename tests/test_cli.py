@@ -15,7 +15,7 @@ from collections.abc import Iterator
 import pytest
 
 from mplex import MULTISTREAM_PROTOCOL_ID, PROTOCOL_ID, Encoder, Flag
-from mplex._multistream import encode_message
+from mplex._engine.multistream import encode_message
 
 MPLEX = [sys.executable, "-m", "mplex"]
 

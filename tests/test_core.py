@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import pytest
 
 import mplex
-from mplex._core import ConnectionCore
+from mplex._engine.table import ConnectionCore
 
 
 @dataclass(frozen=True)
@@ -104,6 +104,6 @@ class TestTombstonesAndBudgets:
 
 
 def test_the_core_imports_no_trio() -> None:
-    code = "import sys, mplex._core; print([n for n in sys.modules if n.split('.')[0] == 'trio'])"
+    code = "import sys, mplex._engine.table; print([n for n in sys.modules if n.split('.')[0] == 'trio'])"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

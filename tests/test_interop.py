@@ -288,7 +288,7 @@ class TestMultistreamSelect:
                 with pytest.raises(ValueError, match="over the limit"):
                     await mplex.select_protocol(stream, [too_long])
                 # And the raw message, sent anyway, is refused by them.
-                await stream.send_all(mplex._multistream.encode_message(mplex.MULTISTREAM_PROTOCOL_ID))
+                await stream.send_all(mplex._engine.multistream.encode_message(mplex.MULTISTREAM_PROTOCOL_ID))
                 body = too_long.encode() + b"\n"
                 await stream.send_all(mplex.encode_uvarint(len(body)) + body)
                 answer = await raw_answer(stream)

@@ -1,23 +1,18 @@
-"""The sans-IO core never imports trio; ``import mplex`` never imports py-libp2p."""
+"""The sans-IO engine (``mplex._engine``) never imports trio; ``import mplex`` never
+imports py-libp2p."""
 
 from __future__ import annotations
 
+import pathlib
 import subprocess
 import sys
 
-SANS_IO = [
-    "mplex._varint",
-    "mplex._codec",
-    "mplex._decoder",
-    "mplex._config",
-    "mplex._state",
-    "mplex._exceptions",
-    "mplex._budget",
-    "mplex._multistream",
-    "mplex._stats",
-    "mplex._core",
-    "mplex._receiving",
-]
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+#: The sans-IO engine: every module of the mplex._engine package.
+SANS_IO = sorted(
+    "mplex._engine" + ("" if path.stem == "__init__" else f".{path.stem}")
+    for path in (ROOT / "mplex" / "_engine").glob("*.py")
+)
 
 
 def test_sans_io_modules_do_not_import_trio() -> None:

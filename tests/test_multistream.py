@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 import mplex
 from mplex import DialerNegotiation, ListenerNegotiation, NegotiationError, ProtocolNotSupportedError
-from mplex._multistream import encode_message
+from mplex._engine.multistream import encode_message
 
 HEADER = b"\x13/multistream/1.0.0\n"
 MPLEX = b"\x0d/mplex/6.7.0\n"

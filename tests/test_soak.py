@@ -16,7 +16,7 @@ import trio
 
 import mplex
 from mplex._bench.peer import current_rss
-from mplex._codec import MAX_PREFIX_BYTES
+from mplex._engine.wire import MAX_PREFIX_BYTES
 from mplex._stream_path import READ_SIZE
 from tests.helpers import muxer_pair, read_all, tcp_transport
 

@@ -8,7 +8,15 @@ import itertools
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mplex._state import TRANSITIONS, Direction, StreamEvent, StreamState, Verdict, end_direction, transition
+from mplex._engine.states import (
+    TRANSITIONS,
+    Direction,
+    StreamEvent,
+    StreamState,
+    Verdict,
+    end_direction,
+    transition,
+)
 
 S, E, V = StreamState, StreamEvent, Verdict
 D = Direction

@@ -17,7 +17,7 @@ import mplex
 
 from .helpers import TRANSPORTS, read_all, tcp_streams
 
-_TRIO_LAYER = ["mplex._muxer", "mplex._stream", "mplex._serve", "mplex._negotiation", "mplex._errors"]
+_TRIO_LAYER = ["mplex._muxer", "mplex._stream", "mplex._serve", "mplex._select", "mplex._endings"]
 
 
 def _run(code: str, pycache: Path | None = None) -> Any:
@@ -75,7 +75,7 @@ class TestImportsCostNothing:
     def test_the_codec_and_the_facade_import_no_trio(self) -> None:
         loaded = _run(
             "import json, sys\n"
-            "import mplex._codec\n"
+            "import mplex._engine.wire\n"
             "from mplex import Encoder, Decoder, Config, DialerNegotiation, encode_uvarint\n"
             "print(json.dumps(sorted(n for n in sys.modules if n.split('.')[0] == 'trio')))\n"
         )
@@ -85,7 +85,7 @@ class TestImportsCostNothing:
         seen = _run(
             "import json, mplex\n"
             "mplex.open_muxer\n"
-            "import mplex._errors as errors\n"
+            "import mplex._endings as errors\n"
             "print(json.dumps([repr(errors.StreamReset), 'StreamReset' in dir(mplex)]))\n"
         )
         assert seen == ["<class 'mplex.StreamReset'>", True]

@@ -21,7 +21,7 @@ import sys
 from collections.abc import Sequence
 
 from .. import __version__
-from .._codec import PROTOCOL_ID
+from .._engine.wire import PROTOCOL_ID
 from .decode import decode_command
 from .dial import dial_command
 from .errors import CommandError

@@ -6,11 +6,11 @@ import argparse
 import sys
 from pathlib import Path
 
-from .._codec import PROTOCOL_ID, Frame
-from .._decoder import Decoder
-from .._exceptions import ProtocolError
-from .._multistream import NegotiationError, leading_handshake
-from .._varint import encode_uvarint
+from .._engine.decoder import Decoder
+from .._engine.errors import ProtocolError
+from .._engine.multistream import NegotiationError, leading_handshake
+from .._engine.varint import encode_uvarint
+from .._engine.wire import PROTOCOL_ID, Frame
 from .errors import CommandError
 from .output import print_table
 

@@ -13,11 +13,11 @@ from dataclasses import asdict, dataclass, field
 
 import trio
 
-from .._codec import PROTOCOL_ID
+from .._engine.multistream import NegotiationError
+from .._engine.wire import PROTOCOL_ID
 from .._logging import describe
-from .._multistream import NegotiationError
 from .._muxer import Muxer, open_muxer
-from .._negotiation import select_protocol
+from .._select import select_protocol
 from .._stream import MplexStream
 from .errors import CommandError
 from .output import print_table

@@ -16,10 +16,10 @@ from __future__ import annotations
 from collections import OrderedDict, deque
 from typing import Generic, Protocol, TypeVar
 
-from ._budget import SlidingBudget
-from ._codec import MAX_STREAM_ID
-from ._config import Config
-from ._exceptions import MplexError, ProtocolError
+from .budget import SlidingBudget
+from .config import Config
+from .errors import MplexError, ProtocolError
+from .wire import MAX_STREAM_ID
 
 __all__ = ["ConnectionCore", "TableEntry", "key_of"]
 

@@ -13,7 +13,7 @@ import enum
 
 import trio
 
-from ._exceptions import MplexError
+from ._engine.errors import MplexError
 
 __all__ = ["ConnectionLost", "EndReason", "MuxerClosed", "StreamReset"]
 

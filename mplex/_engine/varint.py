@@ -14,7 +14,7 @@ case costs one tuple index instead of a loop; three-byte values (stream ids up t
 
 from __future__ import annotations
 
-from ._exceptions import InvalidVarintError
+from .errors import InvalidVarintError
 
 __all__ = ["MAX_VARINT_BYTES", "MAX_VARINT_VALUE", "decode_uvarint", "encode_uvarint"]
 

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ._exceptions import InvalidVarintError, MplexError
-from ._varint import decode_uvarint, encode_uvarint
+from .errors import InvalidVarintError, MplexError
+from .varint import decode_uvarint, encode_uvarint
 
 __all__ = [
     "MAX_PROPOSALS",

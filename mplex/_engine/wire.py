@@ -14,7 +14,7 @@ import enum
 from collections.abc import Iterator
 from typing import NamedTuple
 
-from ._varint import MAX_VARINT_BYTES, encode_uvarint
+from .varint import MAX_VARINT_BYTES, encode_uvarint
 
 __all__ = [
     "MAX_MESSAGE_SIZE",

@@ -11,7 +11,7 @@ import dataclasses
 import math
 from typing import Literal
 
-from ._codec import MAX_MESSAGE_SIZE
+from .wire import MAX_MESSAGE_SIZE
 
 __all__ = ["Config", "SlowReaderPolicy"]
 

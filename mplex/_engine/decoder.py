@@ -23,9 +23,9 @@ no meaning inside an mplex stream, and merging is what lets the muxer hand a rea
 
 from __future__ import annotations
 
-from ._codec import MAX_MESSAGE_SIZE, MAX_PREFIX_BYTES, Flag, Frame
-from ._exceptions import FrameTooLargeError, ProtocolError, UnknownFlagError
-from ._varint import decode_uvarint
+from .errors import FrameTooLargeError, ProtocolError, UnknownFlagError
+from .varint import decode_uvarint
+from .wire import MAX_MESSAGE_SIZE, MAX_PREFIX_BYTES, Flag, Frame
 
 __all__ = ["Decoder", "RawFrame"]
 

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 import trio
 
-from ._multistream import (
+from ._engine.multistream import (
     MAX_PROPOSALS,
     DialerNegotiation,
     ListenerNegotiation,
