@@ -31,8 +31,8 @@ nitpick_ignore_regex = [
     # Type variables and aliases of the private modules, which the reference does not list.
     ("py:class", r"mplex\._.*"),
     ("py:class", r"(S|T)"),
-    # The connection objects in MplexStream's constructor, which programs never call.
-    ("py:class", r"(Streams|Reader|Writer|SendQueue|UnreadData)"),
+    # The internal types in MplexStream's constructor, which programs never call.
+    ("py:class", r"(StreamHost|StreamRecord)"),
     # py-libp2p is optional and mocked here: its types have no page to link to.
     ("py:class", r"(libp2p\..*|ISecureConn|ID|TProtocol|IMuxedConn|IMuxedStream)"),
 ]

@@ -1,16 +1,15 @@
-"""A connection's lifecycle: whether it still runs, whether it may still send, and
-why not (``Lifecycle``).
+"""A connection's lifecycle: whether it still runs, whether it may still send, and why
+not (``Lifecycle``).
 
-The muxer's tasks, its streams and its public methods all ask the same two questions
-(``running()``, ``may_send()``) and raise the same recorded errors, so the answers
-live in one object rather than in flags spread over the muxer.  A connection ends
-once, for the first reason that comes; its send side may end earlier (``aclose()``
-began, or a write failed), while the reader still delivers what the peer sent.
+The connection's tasks, its streams and its public methods all ask the same questions
+and raise the same recorded errors, so the answers live in one object.  A connection
+ends once, for the first reason that comes; its send side may end earlier (``aclose()``
+began, or a write failed), while the reader still delivers what the peer sent.  This
+object only records: the connection acts on what ``end`` and ``stop_sending`` report.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import NoReturn
 
 from ._endings import ConnectionLost, EndReason, MuxerClosed, fresh_copy
@@ -25,37 +24,27 @@ _RUNNING = ConnectionState.OK
 
 
 class Lifecycle:
-    """The end-state of one connection.
+    """The end-state of one connection."""
 
-    ``on_send_stopped(error)`` runs once, when nothing more may be queued;
-    ``on_end(error)`` runs once, when the connection ends (after ``state`` and
-    ``error`` are recorded).
-    """
+    __slots__ = ("error", "send_error", "state")
 
-    __slots__ = ("_on_end", "_on_send_stopped", "error", "send_error", "state")
-
-    def __init__(self, on_send_stopped: Callable[[Ending], None], on_end: Callable[[Ending], None]) -> None:
+    def __init__(self) -> None:
         #: ``OK`` while the connection runs, then ``BROKEN`` or ``CLOSED``.
         self.state = _RUNNING
         #: Why the connection ended; None while it runs.
         self.error: Ending | None = None
         #: Why nothing more may be queued; None while sends are accepted.
         self.send_error: Ending | None = None
-        self._on_send_stopped = on_send_stopped
-        self._on_end = on_end
 
     @property
     def end_reason(self) -> EndReason | None:
         """Why the connection ended, or None while it runs."""
         return None if self.error is None else self.error.reason
 
+    @property
     def running(self) -> bool:
         """True until the connection ends."""
         return self.state is _RUNNING
-
-    def may_send(self) -> bool:
-        """True while frames may still be queued."""
-        return self.state is _RUNNING and self.send_error is None
 
     def check_usable(self) -> None:
         """Raise the recorded reason if nothing more may be sent."""
@@ -69,12 +58,12 @@ class Lifecycle:
         assert self.error is not None
         _raise_copy(self.error)
 
-    def stop_sending(self, error: Ending) -> None:
-        """No more frames may be queued: every send and open raises ``error``."""
+    def stop_sending(self, error: Ending) -> bool:
+        """No more frames may be queued; True if this call stopped them."""
         if self.send_error is not None:
-            return
+            return False
         self.send_error = error
-        self._on_send_stopped(error)
+        return True
 
     def end(
         self,
@@ -82,19 +71,15 @@ class Lifecycle:
         *,
         cause: BaseException | None = None,
         final_state: ConnectionState = ConnectionState.BROKEN,
-    ) -> None:
-        """End the connection with ``error`` (chained to ``cause``); only the first
-        call counts."""
+    ) -> bool:
+        """End the connection with ``error`` (chained to ``cause``); True if this call
+        ended it (only the first counts)."""
         if self.state is not _RUNNING:
-            return
+            return False
         error.__cause__ = cause
         self.state = final_state
         self.error = error
-        self._on_end(error)
-
-    def detach(self) -> None:
-        """Drop the callbacks (they hold the connection): it has ended."""
-        self._on_send_stopped = self._on_end = _ignore
+        return True
 
     def closed_after_break(self) -> bool:
         """Closing a broken connection makes it ``CLOSED``; True if it was broken."""
@@ -102,10 +87,6 @@ class Lifecycle:
             self.state = ConnectionState.CLOSED
             return True
         return False
-
-
-def _ignore(error: Ending) -> None:
-    pass
 
 
 def _raise_copy(error: Ending) -> NoReturn:

@@ -1,14 +1,12 @@
 """MplexStream: one mplex stream as a ``trio.abc.HalfCloseableStream``.
 
-The stream owns its state and its ``ReceiveBuffer``.  Its send side (``SendSide``, in
-``_sending``) appends every byte, as whole frames, to the connection's ``SendQueue``,
-which the writer sends in order; so two streams' frames never interleave within a
-frame, and a cancelled ``send_all`` leaves only whole frames behind.  A receiving task
-with nothing buffered may read the transport itself (``Reader.receive_for``).
-
-What the stream asks of its connection is the small interface listed in the muxer's
-theory of operation; what the connection's reader tells the stream are the methods
-under "events from the muxer's reader" below.
+A stream is a handle on the engine's record of it (``StreamRecord``: its state on the
+wire, its directions, its unread data) and talks to its connection only through
+``StreamHost`` (``mplex._host``).  Every byte it sends is appended to the engine's
+outbox as whole frames, synchronously, so two streams' frames never interleave within
+a frame and a cancelled ``send_all`` leaves only whole frames behind; the writer sends
+them in order.  A receiving task with nothing buffered may read the transport itself
+(``StreamHost.receive_for``).
 
 Mapping of trio's stream contract onto mplex frames:
 
@@ -28,49 +26,49 @@ connection lost         like a reset, raising ``ConnectionLost``
 from __future__ import annotations
 
 import operator
-import weakref
-from typing import TYPE_CHECKING, NoReturn, final
+from typing import final
 
 import trio
 
-from ._endings import ConnectionLost, MuxerClosed, StreamReset, fresh_copy
-from ._engine.states import (
-    FINISHED_STATES,
-    Direction,
-    StreamEvent,
-    StreamState,
-    Verdict,
-    end_direction,
-    transition,
-)
-from ._engine.unread import ReceiveBuffer, UnreadData
-from ._engine.wire import Encoder, Flag
+from ._engine.record import StreamRecord
+from ._engine.states import Direction
 from ._guard import ConflictGuard
-from ._sending import SendSide
-from ._sendqueue import SendQueue
+from ._host import StreamHost
 
-if TYPE_CHECKING:
-    from ._reader import Reader
-    from ._streams import Streams
-    from ._writer import Writer
+__all__ = ["Buffer", "MplexStream"]
 
-__all__ = ["MplexStream"]
-
+Buffer = bytes | bytearray | memoryview
 #: A delivered piece this large means the stream is taking a bulk transfer (see
 #: receive_some): over the generic path its reader then keeps the read turn.
 _BULK_DELIVERY = 4096
-_RECEIVABLE = frozenset({StreamState.OPEN, StreamState.LOCAL_CLOSED})  # their direction open on the wire
-_OPEN, _ENDED, _RESET, _LOST, _CLOSED = (
-    Direction.OPEN,
-    Direction.ENDED,
-    Direction.RESET,
-    Direction.LOST,
-    Direction.CLOSED,
-)
+_ENDED, _CLOSED = Direction.ENDED, Direction.CLOSED
+# send_all's checkpoints, bound once: the 32-byte send_all loop calls them millions of times.
+_checkpoint = trio.lowlevel.checkpoint
+_checkpoint_if_cancelled = trio.lowlevel.checkpoint_if_cancelled
+_yield = trio.lowlevel.cancel_shielded_checkpoint
+
+
+def _byte_buffer(data: object) -> Buffer:
+    """``data``, any object with the buffer protocol, as a flat buffer whose ``len()`` is
+    its byte count (as ``trio.SocketStream.send_all`` takes it); ``TypeError`` otherwise."""
+    if isinstance(data, bytes | bytearray):
+        return data
+    try:
+        view = memoryview(data)  # type: ignore[arg-type]
+    except TypeError:
+        raise TypeError(f"data must be a bytes-like object, not {type(data).__name__}") from None
+    if not view.c_contiguous:
+        return view.tobytes()
+    if view.ndim == 1 and view.itemsize == 1:
+        return view
+    try:
+        return view.cast("B")
+    except TypeError:  # a shape cast() cannot flatten (a 0-d view, say)
+        return view.tobytes()
 
 
 @final
-class MplexStream(SendSide, trio.abc.HalfCloseableStream):
+class MplexStream(trio.abc.HalfCloseableStream):
     """One stream of an mplex connection.
 
     See `trio.abc.HalfCloseableStream` for the contract; the differences are:
@@ -86,49 +84,35 @@ class MplexStream(SendSide, trio.abc.HalfCloseableStream):
 
     # Slots with docstrings, so that help() and the API reference list what a stream is.
     __slots__ = {
+        "__weakref__": "",
+        "_frame_size": "",
+        "_host": "",
+        "_outbox": "",
+        "_prefix": "",
+        "_prefix_size": "",
+        "_record": "",
+        "_recv_guard": "",
+        "_send_guard": "",
         "id": "The stream number (unique per opener, not per connection).",
         "is_initiator": "True if this side opened the stream.",
         "key": "Unique within the connection (each side numbers its own streams): ``id << 1 | is_initiator``",
         "name_bytes": "The raw name from the NewStream frame (at most ``Config.max_stream_name_size``).",
     }
 
-    def __init__(
-        self,
-        streams: Streams,
-        reader: Reader,
-        writer: Writer,
-        stream_id: int,
-        name: bytes,
-        *,
-        is_initiator: bool,
-        queue: SendQueue,
-        encoder: Encoder,
-        unread: UnreadData[MplexStream],
-    ) -> None:
-        super().__init__(
-            writer, queue, encoder, Flag.MESSAGE_INITIATOR if is_initiator else Flag.MESSAGE_RECEIVER
-        )
-        # Weak: the connection's table holds its streams, and a stream the program keeps
-        # must not keep an ended connection alive (nor form a cycle with it).
-        self._streams = weakref.ref(streams)
-        self._reader = reader
-        self.id = stream_id
-        self.name_bytes = name
-        self.is_initiator = is_initiator
-        self.key = stream_id << 1 | is_initiator
-        self._state = StreamState.OPEN
-        # What the program may do in each direction (see _state.Direction).
-        self._sending = _OPEN
-        self._receiving = _OPEN
-        self._can_send = True  # self._sending is OPEN (read by every send)
-        self._can_receive = True  # self._receiving is OPEN (read for every frame)
-        self._failure: BaseException | None = None  # why the stream broke, if it did
-        self._send_failure: ConnectionLost | MuxerClosed | None = None  # why sends cannot go
-        self._buffer = ReceiveBuffer(unread, self)
-        self._last_delivery = 0  # bytes of the last piece the reader delivered
-        # The task waiting in receive_some (one at most: the busy guard), for a
-        # direct reschedule: a ParkingLot costs more, once for each frame delivered.
-        self._recv_waiter: trio.lowlevel.Task | None = None
+    def __init__(self, host: StreamHost, record: StreamRecord, frame_size: int) -> None:
+        self._host = host
+        self._record = record
+        self._outbox = host.outbox
+        self._frame_size = frame_size
+        self.id = record.id
+        self.is_initiator = record.is_initiator
+        self.key = record.key
+        self.name_bytes = record.name
+        # The prefix of the last Message frame sent, for a run of equal sizes.
+        self._prefix_size = -1
+        self._prefix = b""
+        #: Held while a task is in send_all, send_eof or wait_send_all_might_not_block.
+        self._send_guard = ConflictGuard("another task is sending on this stream")
         self._recv_guard = ConflictGuard("another task is receiving on this stream")
 
     # -- identity --------------------------------------------------------------------------
@@ -138,37 +122,184 @@ class MplexStream(SendSide, trio.abc.HalfCloseableStream):
         """The stream's name as text (invalid UTF-8 is replaced, never an error)."""
         return self.name_bytes.decode("utf-8", errors="replace")
 
+    @property
+    def closed(self) -> bool:
+        """True once neither direction can carry more data: both sides closed the
+        stream, either side reset it, it was closed here, or the connection ended.
+        (Data that arrived before may still wait in ``receive_some``.)"""
+        return self._record.closed
+
+    @property
+    def unread_bytes(self) -> int:
+        """Bytes received on this stream and not read yet (they count against
+        ``Config.max_stream_buffer`` and ``max_connection_buffer``)."""
+        return self._record.unread.size
+
     def __repr__(self) -> str:
         side = "ours" if self.is_initiator else "theirs"
-        return f"<MplexStream id={self.id} ({side}) name={self.name!r} {self._state.value}>"
+        return f"<MplexStream id={self.id} ({side}) name={self.name!r} {self._record.state.value}>"
 
-    # -- sending (the rest is SendSide's, in _sending) -------------------------------------
+    # -- sending ---------------------------------------------------------------------------
+
+    def send_nowait(self, data: Buffer) -> None:
+        """Queue ``data`` for sending without yielding.
+
+        Raises ``trio.WouldBlock`` (queuing nothing) when the connection's send buffer
+        already holds ``Config.send_high_water`` bytes or more (one call may pass the
+        mark by its own size); wait with ``wait_send_all_might_not_block``
+        or fall back to ``send_all``.  Otherwise the same errors as ``send_all``.
+        """
+        outbox = self._outbox
+        buffer = outbox.buffer
+        if self._send_guard.held or not self._record.can_send or len(buffer) >= outbox.high_water:
+            self._refuse_send_nowait()
+        if data.__class__ is not bytes:
+            data = _byte_buffer(data)  # len() must count bytes, before anything is queued
+        size = len(data)
+        if size == self._prefix_size:
+            # The hot path: a write of the same size as the last one (cached prefix).
+            buffer += self._prefix
+            buffer += data
+            outbox.frames += 1
+            if len(buffer) >= outbox.wake_at:
+                self._host.queued(0)
+        elif size <= self._frame_size:
+            if size:
+                self._frame_into(buffer, data, size)
+                self._host.queued(1)
+        else:
+            self._queue_frames(memoryview(data).cast("B"))
+
+    def _frame_into(self, buffer: bytearray, data: Buffer, size: int) -> None:
+        """Append one Message frame to ``buffer``, caching its prefix for the next
+        write of the same size."""
+        if size != self._prefix_size:
+            self._prefix_size = size
+            self._prefix = self._host.frame_prefix(self._record, size)
+        buffer += self._prefix
+        buffer += data
+
+    def _refuse_send_nowait(self) -> None:
+        if self._send_guard.held:
+            raise trio.BusyResourceError(self._send_guard.message)
+        if not self._record.can_send:
+            raise self._host.send_error(self._record)
+        raise trio.WouldBlock
+
+    async def send_all(self, data: Buffer) -> None:
+        """See `trio.abc.SendStream.send_all`.
+
+        If cancelled, whole frames of ``data`` may have been queued; never part of one.
+        """
+        # The guard's idiom inlined (check, hold, let go): a ``with`` block calls two
+        # Python methods on the hottest call.
+        guard = self._send_guard
+        if guard.held:
+            raise trio.BusyResourceError(guard.message)
+        guard.held = True
+        try:
+            if data.__class__ is not bytes:
+                data = _byte_buffer(data)  # len() must count bytes, before anything is queued
+            outbox = self._outbox
+            if not outbox.gathering:
+                # trio's socket idiom: raise if already cancelled, queue, then yield
+                # without cancellation.  The writer is then scheduled in the same pass
+                # as our yield, and a cancelled call has queued nothing.
+                await _checkpoint_if_cancelled()
+                yielded = False
+            else:
+                # The writer is gathering a busy program's frames until every task is
+                # blocked, so queuing after the yield delays nothing; one checkpoint
+                # costs a call less than the check and the yield apart.
+                await _checkpoint()
+                yielded = True
+            if not self._record.can_send:
+                if not yielded:
+                    await _yield()
+                raise self._host.send_error(self._record)
+            buffer = outbox.buffer
+            size = len(data)
+            if not size:
+                if not yielded:
+                    await _yield()
+                return
+            if size <= self._frame_size and len(buffer) < outbox.high_water:
+                if size == self._prefix_size:
+                    buffer += self._prefix  # the hot path, as in send_nowait
+                    buffer += data
+                else:
+                    self._frame_into(buffer, data, size)
+                outbox.frames += 1
+                if len(buffer) >= outbox.wake_at:
+                    self._host.queued(0)
+                if not yielded:
+                    await _yield()
+                return
+            if size <= self._frame_size:  # one frame, but the buffer is at the mark
+                while not outbox.has_room:
+                    yielded = await self._wait_for_writer()
+                self._frame_into(outbox.buffer, data, size)
+                self._host.queued(1)
+            elif await self._send_frames(memoryview(data).cast("B")):
+                yielded = True
+            if not yielded:
+                await _yield()
+        finally:
+            guard.held = False
+
+    async def _send_frames(self, view: memoryview) -> bool:
+        """send_all's part for data longer than one frame; True if it yielded.  Where
+        the transport allows it and nothing is queued, the frames go to the kernel from
+        this task without a copy; otherwise copies are queued up to the high-water mark,
+        like everyone else's, so it is never starved."""
+        host, outbox = self._host, self._outbox
+        step = self._frame_size
+        pos, end = 0, len(view)
+        direct = host.direct_writes()
+        waited = yielded = False
+        while pos < end:
+            written = host.write_frames(self._record, view, pos) if direct else None
+            if written is not None:
+                pos = written
+                waited = False
+            elif direct and not waited:
+                host.flush_now()  # write now, not when the program idles
+                yielded = waited = await self._wait_for_writer()
+            elif not outbox.has_room:
+                yielded = await self._wait_for_writer()
+            else:
+                self._queue_frames(view[pos : pos + step])
+                pos += step
+        return yielded
+
+    async def _wait_for_writer(self) -> bool:
+        """Wait until the writer has sent something (or the stream broke); True."""
+        if self._record.can_send:  # else nothing would wake us: the failure woke everyone
+            await self._host.wait_for_room()
+        if not self._record.can_send:
+            await trio.lowlevel.cancel_shielded_checkpoint()
+            raise self._host.send_error(self._record)
+        return True
+
+    def _queue_frames(self, view: memoryview) -> None:
+        self._host.queued(self._host.append_frames(self._record, view))
+
+    async def wait_send_all_might_not_block(self) -> None:
+        """See `trio.abc.SendStream.wait_send_all_might_not_block`."""
+        with self._send_guard:
+            if not self._record.can_send or self._outbox.has_room:
+                await trio.lowlevel.checkpoint()
+            else:
+                await self._host.wait_for_room()
+            if not self._record.can_send:
+                raise self._host.send_error(self._record)
 
     async def send_eof(self) -> None:
         """See `trio.abc.HalfCloseableStream.send_eof`: sends an mplex Close."""
         with self._send_guard:
             await trio.lowlevel.checkpoint()
-            if self._sending is _ENDED:
-                return  # repeating send_eof is harmless, whatever happened since
-            # An open sending direction is open on the wire too, so Close is due.
-            if self._sending is not _OPEN or self._apply(StreamEvent.SEND_CLOSE) is not Verdict.OK:
-                self._raise_send_error()
-            self._sending = _ENDED
-            self._writer.send_control(self.id, self._flag(Flag.CLOSE_INITIATOR))
-            self._refresh()
-
-    def _raise_send_error(self) -> NoReturn:
-        # Local reasons win (see Direction): sending after our own close or EOF is the
-        # caller's mistake (trio's ClosedResourceError) even if the peer reset since.
-        if self._sending is _CLOSED:
-            raise trio.ClosedResourceError("this stream was closed")
-        if self._sending is _ENDED:
-            raise trio.ClosedResourceError("send_eof() was called on this stream")
-        if self._failure is not None:
-            raise self._failure_error() from self._failure.__cause__
-        if self._send_failure is not None:
-            raise fresh_copy(self._send_failure, self.id) from self._send_failure.__cause__
-        raise trio.ClosedResourceError("send_eof() was called on this stream")
+            if not self._host.send_close(self._record):
+                raise self._host.send_error(self._record)
 
     # -- receiving -------------------------------------------------------------------------
 
@@ -184,71 +315,30 @@ class MplexStream(SendSide, trio.abc.HalfCloseableStream):
             if max_bytes < 1:
                 raise ValueError("max_bytes must be >= 1")
         with self._recv_guard:
-            buffer = self._buffer
-            if buffer.size or not self._can_receive:  # not _waiting_for_data(), inlined
+            record = self._record
+            unread = record.unread
+            if unread.size or not record.can_receive:
                 await trio.lowlevel.checkpoint()
             else:
-                # Read the transport in this task (once: see Reader.receive_for);
-                # otherwise, or if that read brought nothing for us, let the
-                # muxer's reader task deliver.
-                if self._reader.may_lend(bulk=self._last_delivery >= _BULK_DELIVERY):
-                    await self._reader.receive_for(self)
-                while not buffer.size and self._can_receive:
-                    await self._park_receiver()
-            if self._receiving is _CLOSED:
+                # Read the transport in this task (once); otherwise, or if that read
+                # brought nothing for us, wait for the connection's reader task.
+                host = self._host
+                if host.may_lend(bulk=record.last_delivery >= _BULK_DELIVERY):
+                    await host.receive_for(record)
+                while not unread.size and record.can_receive:
+                    record.waiter = trio.lowlevel.current_task()
+                    await trio.lowlevel.wait_task_rescheduled(self._abort_receive)
+            if record.receiving is _CLOSED:
                 raise trio.ClosedResourceError("this stream was closed")
-            if buffer.size:
-                return buffer.take(max_bytes)
-            if self._receiving is _ENDED:
+            if unread.size:
+                return self._host.take(record, max_bytes)
+            if record.receiving is _ENDED:
                 return b""
-            raise self._failure_error() from self._failure_cause()
-
-    @property
-    def closed(self) -> bool:
-        """True once neither direction can carry more data: both sides closed the
-        stream, either side reset it, it was closed here, or the connection ended.
-        (Data that arrived before may still wait in ``receive_some``.)"""
-        return not self._can_send and not self._can_receive
-
-    @property
-    def unread_bytes(self) -> int:
-        """Bytes received on this stream and not read yet (they count against
-        ``Config.max_stream_buffer`` and ``max_connection_buffer``)."""
-        return self._buffer.size
-
-    def _waiting_for_data(self) -> bool:
-        """True while receive_some has nothing to return or raise yet."""
-        return not self._buffer.size and self._can_receive
-
-    async def _park_receiver(self) -> None:
-        """Wait in receive_some until ``_wake_receiver`` (or cancellation)."""
-        self._recv_waiter = trio.lowlevel.current_task()
-        await trio.lowlevel.wait_task_rescheduled(self._abort_receive)
+            raise self._host.receive_error(record)
 
     def _abort_receive(self, _: object) -> trio.lowlevel.Abort:
-        self._recv_waiter = None
+        self._record.waiter = None
         return trio.lowlevel.Abort.SUCCEEDED
-
-    def _wake_receiver(self) -> None:
-        """Something changed for a task waiting in receive_some: let it look again."""
-        task = self._recv_waiter
-        if task is not None:
-            self._recv_waiter = None
-            trio.lowlevel.reschedule(task)
-        else:
-            self._reader.wake_borrower(self)  # it may wait on the transport itself
-
-    def _deliver(self, data: bytes) -> bool:
-        """The reader's delivery of one (possibly merged) Message frame; True if the
-        stream now holds more than ``Config.max_stream_buffer`` unread bytes."""
-        over = self._buffer.append(data)
-        self._last_delivery = len(data)
-        self._wake_receiver()
-        return over
-
-    def _discard(self) -> int:
-        """Drop unread data; return how much there was."""
-        return self._buffer.discard()
 
     # -- closing ---------------------------------------------------------------------------
 
@@ -260,15 +350,7 @@ class MplexStream(SendSide, trio.abc.HalfCloseableStream):
         the void (mplex has no "stop sending" frame); data that arrives later is
         answered with a Reset too.  Closes even when cancelled.
         """
-        if self._receiving is not _CLOSED:
-            self._sending = self._receiving = _CLOSED
-            dropped = self._discard()
-            if dropped and self._state in _RECEIVABLE:
-                self._send_reset()
-            elif self._apply(StreamEvent.SEND_CLOSE) is Verdict.OK:
-                self._writer.send_control(self.id, self._flag(Flag.CLOSE_INITIATOR))
-            self._refresh()
-            self._release_slot()
+        self._host.close(self._record)
         await trio.lowlevel.checkpoint()
 
     def reset(self) -> None:
@@ -277,109 +359,4 @@ class MplexStream(SendSide, trio.abc.HalfCloseableStream):
         Unread data is dropped; later calls on this stream raise
         ``trio.ClosedResourceError``.
         """
-        self._sending = self._receiving = _CLOSED
-        self._discard()
-        self._send_reset()
-        self._refresh()
-        self._release_slot()
-
-    def _release_slot(self) -> None:
-        streams = self._streams()
-        if streams is not None:
-            streams.release_slot(self)
-
-    def _send_reset(self) -> None:
-        if self._apply(StreamEvent.SEND_RESET) is Verdict.OK:
-            self._writer.send_control(self.id, self._flag(Flag.RESET_INITIATOR))
-
-    # -- events from the muxer's reader ----------------------------------------------------
-
-    def _on_remote_close(self) -> bool:
-        """The peer's Close arrived; False if it meant nothing (a repeat)."""
-        if self._apply(StreamEvent.RECV_CLOSE) is not Verdict.OK:
-            return False
-        self._receiving = end_direction(self._receiving, _ENDED)
-        self._refresh()
-        return True
-
-    def _on_remote_reset(self) -> bool:
-        """The peer's Reset arrived; False if it meant nothing (already finished)."""
-        if self._apply(StreamEvent.RECV_RESET) is not Verdict.OK:
-            return False
-        message = f"stream {self.id} was reset by the peer"
-        self._fail(StreamReset(message, stream_id=self.id, by_peer=True), _RESET)
-        return True
-
-    def _on_late_data(self) -> bool:
-        """Data arrived that this stream does not receive: if we closed it here, tell
-        the peer to stop (once) and return True; else False (the frame is dropped)."""
-        if self._receiving is not _CLOSED:
-            return False
-        if self._state in _RECEIVABLE:
-            self._send_reset()
-            self._refresh()
-        return True
-
-    def _reset_for_overflow(self) -> bool:
-        """The slow-reader policy gave up on this stream (the muxer freed its unread
-        data first): reset it.  False if it was reset already."""
-        if self._apply(StreamEvent.SEND_RESET) is not Verdict.OK:
-            return False
-        self._writer.send_control(self.id, self._flag(Flag.RESET_INITIATOR))
-        self._fail(
-            StreamReset(
-                f"stream {self.id} was reset by the slow-reader policy: its unread data "
-                f"went over Config.max_stream_buffer or max_connection_buffer",
-                stream_id=self.id,
-                by_peer=False,
-            ),
-            _RESET,
-        )
-        return True
-
-    def _connection_lost(self, error: ConnectionLost | MuxerClosed) -> None:
-        if self._failure is None:
-            self._fail(error, _LOST)
-
-    def _fail(self, error: BaseException, how: Direction) -> None:
-        """The stream broke (``how``: RESET or LOST) with ``error``, for both directions."""
-        self._failure = error
-        self._sending = end_direction(self._sending, how)
-        self._receiving = end_direction(self._receiving, how)
-        self._refresh()
-
-    def _send_side_lost(self, error: ConnectionLost | MuxerClosed) -> None:
-        """Nothing more can be sent on this connection (the muxer is closing);
-        receiving goes on until the connection ends."""
-        if self._send_failure is None:
-            self._send_failure = error
-            self._sending = end_direction(self._sending, _LOST)
-            self._refresh()
-
-    # -- state -----------------------------------------------------------------------------
-
-    def _flag(self, initiator_flag: Flag) -> Flag:
-        """The flag to send: the initiator's even flag, or the receiver's odd one."""
-        return initiator_flag if self.is_initiator else Flag(initiator_flag - 1)
-
-    def _apply(self, event: StreamEvent) -> Verdict:
-        self._state, verdict = transition(self._state, event)
-        return verdict
-
-    def _refresh(self) -> None:
-        """After a change of state: wake whoever must re-check, let go when finished."""
-        self._can_send = self._sending is _OPEN
-        self._can_receive = self._receiving is _OPEN
-        self._wake_receiver()
-        self._queue.wake_senders()
-        if self._state in FINISHED_STATES or self._failure is not None:
-            streams = self._streams()
-            if streams is not None:
-                streams.forget(self)
-
-    def _failure_error(self) -> BaseException:
-        """A fresh exception describing the failure (each raise gets its own traceback)."""
-        return fresh_copy(self._failure, self.id)
-
-    def _failure_cause(self) -> BaseException | None:
-        return self._failure.__cause__ if self._failure is not None else None
+        self._host.reset(self._record)

@@ -1,14 +1,15 @@
 """When the reader must stop reading, and what gives: the slow-reader policies.
 
-After each chunk it dispatches, the muxer's reader asks ``should_pause``.  It pauses
-while a stream holds more than ``Config.max_stream_buffer`` unread bytes, while all
-streams together hold more than ``Config.max_connection_buffer`` (the transport's own
-flow control then pushes back on the peer), or while the control frames it had to
-queue (replies to the peer's input) are over ``Config.send_high_water``.  The policy
-decides what ends a pause besides the program reading:
+Before each read the reader asks ``should_pause``.  It pauses while a stream holds more
+than ``Config.max_stream_buffer`` unread bytes, while all streams together hold more
+than ``Config.max_connection_buffer`` (the transport's own flow control then pushes
+back on the peer), or while the control frames it had to queue (replies to the peer's
+input) are over ``Config.send_high_water``.  The policy decides what ends a pause
+besides the program reading:
 
 * ``"block"``: nothing; nothing is lost.
-* ``"reset"``: a stream over its limit is reset at once (``overflowed``), its data freed.
+* ``"reset"``: a stream over its limit is reset at once, its data freed (the engine
+  does that as the data arrives, and the reader never pauses for it).
 * ``"block-then-reset"``: after ``Config.slow_reader_timeout`` the streams over their
   limit are reset; failing that, the live stream holding the most.
 
@@ -19,48 +20,31 @@ Whatever the policy, streams nobody has accepted hold the reader up for at most
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import trio
 
-from ._engine.config import Config
-from ._engine.table import ConnectionCore
-from ._engine.unread import UnreadData
-from ._sendqueue import SendQueue
-from ._stream import MplexStream
+from ._engine.engine import Engine
+from ._engine.record import StreamRecord
+from ._host import ReaderHost
+from ._writer import Writer
 
 __all__ = ["ReaderThrottle"]
 
 
-def _unread(stream: MplexStream) -> int:
-    return stream.unread_bytes
+def _unread(record: StreamRecord) -> int:
+    return record.unread.size
 
-
-
-def _ignore(_: object) -> None:
-    pass
 
 class ReaderThrottle:
     """The reader's pauses, the policy's verdicts, and the time the reader lost."""
 
-    def __init__(
-        self,
-        config: Config,
-        core: ConnectionCore[MplexStream],
-        unread: UnreadData[MplexStream],
-        queue: SendQueue,
-        *,
-        reset_stream: Callable[[MplexStream], None],
-        running: Callable[[], bool],
-        on_stall: Callable[[bool], None],
-    ) -> None:
-        self._config = config
-        self._core = core
-        self._unread = unread
-        self._queue = queue
-        self._reset_stream = reset_stream  # frees a stream's data, resets it
-        self._running = running
-        self._on_stall = on_stall  # called with True when a pause begins, False at its end
+    def __init__(self, engine: Engine, writer: Writer) -> None:
+        self._engine = engine
+        self._config = engine.config
+        self._account = engine.unread
+        self._outbox = engine.outbox
+        self._writer = writer
         #: Tasks inside ``accept_stream`` (unaccepted streams never stall a server).
         self.acceptors = 0
         #: True while the reader is paused.
@@ -70,23 +54,11 @@ class ReaderThrottle:
         self._blocked_since: float | None = None
         self._drain_lot = trio.lowlevel.ParkingLot()
 
-    def detach(self) -> None:
-        """Drop the callbacks (they hold the connection): it has ended."""
-        self._reset_stream = _ignore
-        self._on_stall = _ignore
-
     def blocked_for(self) -> float:
         """Seconds the reader spent paused, a pause still going on included."""
         if self._blocked_since is None:
             return self.blocked_seconds
         return self.blocked_seconds + trio.current_time() - self._blocked_since
-
-    def overflowed(self, stream: MplexStream) -> None:
-        """``stream`` holds more than ``Config.max_stream_buffer`` unread bytes."""
-        if self._config.slow_reader_policy == "reset":
-            self._reset_stream(stream)
-        else:
-            self._unread.overfull.add(stream)
 
     def recheck(self) -> None:
         """Something a paused reader waits for may have changed: let it look again."""
@@ -98,46 +70,50 @@ class ReaderThrottle:
         self._drain_lot.unpark_all()
 
     def should_pause(self) -> bool:
-        return self._unread.over_limits() or self._queue.control > self._queue.high_water
+        outbox = self._outbox
+        return self._account.over_limits() or outbox.control > outbox.high_water
 
-    async def pause(self) -> None:
+    async def pause(self, conn: ReaderHost) -> None:
         """Wait until the reader may read again (see the module docstring)."""
-        if self._unread.over_limits():
-            await self._wait_for_readers()
-        if self._queue.control > self._queue.high_water:
-            await self._wait_for_send_room()
+        if self._account.over_limits():
+            await self._wait_for_readers(conn)
+        outbox = self._outbox
+        if outbox.control > outbox.high_water:
+            await self._wait_for_send_room(conn)
 
     def _stalled_by_unaccepted(self) -> bool:
         """True if only streams nobody has accepted keep the reader from reading, and
         no task is in ``accept_stream`` to take them."""
-        unread = self._unread
-        if self.acceptors or any(not self._core.unaccepted(s) for s in unread.overfull):
+        engine, account = self._engine, self._account
+        if self.acceptors or any(not engine.unaccepted(r) for r in account.overfull):
             return False
-        if unread.total > unread.max_connection:
-            waiting = sum(s.unread_bytes for s in self._core.backlog)
-            return waiting > 0 and unread.total - waiting <= unread.max_connection
-        return bool(unread.overfull)
+        if account.total > account.max_connection:
+            waiting = sum(r.unread.size for r in engine.backlog)
+            return waiting > 0 and account.total - waiting <= account.max_connection
+        return bool(account.overfull)
 
-    def _shed_unaccepted(self) -> None:
+    def _shed_unaccepted(self, conn: ReaderHost) -> None:
         """Reset the unaccepted streams over their limit, then, while the connection is
         over its budget, the unaccepted stream holding the most."""
-        for stream in [s for s in self._unread.overfull if self._core.unaccepted(s)]:
-            self._reset_stream(stream)
-        while self._unread.total > self._unread.max_connection:
-            holding = [s for s in self._core.backlog if s.unread_bytes]
+        engine, account = self._engine, self._account
+        for record in [r for r in account.overfull if engine.unaccepted(r)]:
+            engine.reset_by_policy(record)
+        while account.total > account.max_connection:
+            holding = [r for r in engine.backlog if r.unread.size]
             if not holding:
-                return
-            self._reset_stream(max(holding, key=_unread))
+                break
+            engine.reset_by_policy(max(holding, key=_unread))
+        conn.settle()
 
-    async def _wait_for_readers(self) -> None:
-        config = self._config
+    async def _wait_for_readers(self, conn: ReaderHost) -> None:
+        config, account = self._config, self._account
         started = trio.current_time()
         policy_deadline = float("inf")
         if config.slow_reader_policy == "block-then-reset":
             policy_deadline = started + config.slow_reader_timeout
         stalled_since: float | None = None  # by unaccepted streams only, since when
         with self._stalled():
-            while self._unread.over_limits():
+            while account.over_limits() and conn.running:
                 shed_at = float("inf")
                 if self._stalled_by_unaccepted():
                     stalled_since = stalled_since or trio.current_time()
@@ -151,29 +127,31 @@ class ReaderThrottle:
                 if trio.current_time() >= shed_at:
                     # Nobody came to accept them: they must not stall the streams the
                     # program does read (a program that only dials never accepts).
-                    self._shed_unaccepted()
+                    self._shed_unaccepted(conn)
                     stalled_since = None
                     continue
                 # Timed out: give up on the streams over their own limit; failing that,
                 # on the live stream holding the most.  Resetting frees their data;
                 # each further victim gets another full timeout first.
-                victims = list(self._unread.overfull)
-                if not victims and (candidates := [s for s in self._core.streams.values() if s.unread_bytes]):
-                    victims = [max(candidates, key=_unread)]
-                for stream in victims:
-                    self._reset_stream(stream)
+                victims = list(account.overfull)
+                if not victims:
+                    holding = [r for r in self._engine.streams.values() if r.unread.size]
+                    victims = [max(holding, key=_unread)] if holding else []
+                for record in victims:
+                    self._engine.reset_by_policy(record)
+                conn.settle()
                 policy_deadline = trio.current_time() + config.slow_reader_timeout
 
-    async def _wait_for_send_room(self) -> None:
-        """Control frames waiting in the send queue (replies to the peer's input, Closes
-        of the streams it opened) are over ``send_high_water``: read no more until
-        the writer has taken them, so a peer that never reads cannot grow our send
-        queue.  Only control frames count: pausing for data would let two peers that
-        both send in bulk wait for each other's reads forever."""
-        queue = self._queue
+    async def _wait_for_send_room(self, conn: ReaderHost) -> None:
+        """Control frames waiting in the outbox (replies to the peer's input, Closes of
+        the streams it opened) are over ``send_high_water``: read no more until the
+        writer has taken them, so a peer that never reads cannot grow our send queue.
+        Only control frames count: pausing for data would let two peers that both send
+        in bulk wait for each other's reads forever."""
+        outbox = self._outbox
         with self._stalled():
-            while queue.control > queue.high_water and self._running():
-                await queue.wait_for_room()
+            while outbox.control > outbox.high_water and conn.running:
+                await self._writer.wait_for_room()
 
     @contextlib.contextmanager
     def _stalled(self) -> Iterator[None]:
@@ -182,11 +160,9 @@ class ReaderThrottle:
         started = trio.current_time()
         self.blocked = True
         self._blocked_since = started
-        self._on_stall(True)
         try:
             yield
         finally:
             self.blocked = False
             self._blocked_since = None
             self.blocked_seconds += trio.current_time() - started
-            self._on_stall(False)

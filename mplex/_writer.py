@@ -1,115 +1,233 @@
-"""The connection's send side: the writer task, control frames, direct writes.
+"""The connection's writes: the writer task, and when what was queued leaves.
 
-Streams append whole frames to the ``SendQueue``; the **writer** task takes what the
-queue's flush policy hands it and writes it to the transport (over the socket path
-through the descriptor, see ``_socket_path``).  Control frames (NewStream, Close,
-Reset) go through ``send_control`` and the one ``Encoder``.  Over the socket path a
-large send may go to the kernel from the sending task (``write_directly``) when
-nothing else is queued, so order holds.
+Streams append whole frames to the engine's ``Outbox``; the writer takes everything
+queued in one piece and writes it with one transport write.  It is the only task that
+awaits a write.  Where the transport can write without waiting (the socket path), a
+sending task may write on the writer's behalf, with one synchronous, non-blocking
+write that nothing can cancel half-way: a lone message after a quiet spell
+(``queued``), and the frames of a large send from the caller's own buffer
+(``write_frames``).  Whatever the kernel does not take stays queued, in order.
+
+When to write is the flush policy:
+
+* After a quiet spell, the first frame wakes the writer, which takes it at once with
+  whatever else the same scheduler pass queued: a lone message waits for nothing.
+* Frames that pile up *during* a write mean the program is busy sending.  Writing as
+  soon as any sender yields would cost one transport write per message, so the writer
+  waits until the program goes idle (``wait_for_idle``), then takes the whole buffer.
+* Two bounds keep that honest: the writer is woken early once ``FLUSH_AT`` bytes are
+  queued, and never waits longer than ``Config.max_flush_delay`` for idleness.
+
+Senders wait (``wait_for_room``) while ``send_high_water`` bytes or more are queued, so
+memory stays bounded and the transport's backpressure reaches every sender.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Awaitable, Callable
 
 import trio
 
-from ._engine.stats import Counters
-from ._engine.wire import Encoder, Flag
+from ._engine.engine import Engine
+from ._engine.outbox import NEVER
+from ._engine.record import StreamRecord
+from ._idle import wait_for_idle
 from ._logging import ConnectionLog, logger
-from ._sendqueue import SendQueue
-from ._socket_path import SocketPath
+from ._transport import Transport
 
-__all__ = ["Writer"]
+__all__ = ["FLUSH_AT", "QUIET", "Writer"]
 
-
-async def _no_failure_handler(exc: Exception) -> None:
-    pass
+#: Queued bytes that make the writer stop waiting for idleness and write now.
+FLUSH_AT = 64 * 1024
+#: Seconds without a write after which the task that queues a frame may write it
+#: itself.  Far above the gap between the writes of a busy sender, below a network
+#: round trip: a busy sender's frames still gather into the writer's large writes.
+QUIET = 50e-6
+#: Most payload bytes handed to one ``writev``: a few socket buffers' worth, so a large
+#: send does not build a huge list of frames the kernel cannot take yet.
+_DIRECT_BATCH = 1024 * 1024
 
 
 class Writer:
-    """The send side of one connection; ``run()`` is the writer task.
-
-    ``may_send()`` is the connection's word on whether anything may still be queued;
-    ``on_failure(exc)`` is awaited in the writer task once a write failed.
-    """
+    """The send side of one connection; ``run()`` is the writer task."""
 
     def __init__(
-        self,
-        transport: trio.abc.Stream,
-        socket: SocketPath | None,
-        *,
-        queue: SendQueue,
-        encoder: Encoder,
-        stats: Counters,
-        log: ConnectionLog,
-        may_send: Callable[[], bool],
-        on_failure: Callable[[Exception], Awaitable[None]],
+        self, engine: Engine, transport: Transport, max_flush_delay: float, log: ConnectionLog
     ) -> None:
-        self._send_all = transport.send_all if socket is None else socket.send_all
-        self._socket = socket
-        self._queue = queue
-        self._encoder = encoder
-        self._stats = stats
+        self._engine = engine
+        self._outbox = engine.outbox
+        self._transport = transport
+        #: True where a sending task may write on the writer's behalf.
+        self.direct = transport.writes_without_waiting
         self._log = log
-        self._may_send = may_send
-        self._on_failure = on_failure
+        self._delay = max_flush_delay
+        #: True while a batch is being written.
+        self.writing = False
+        #: ``time.perf_counter()`` of the last write to the transport.
+        self.last_write = 0.0
+        self._lot = trio.lowlevel.ParkingLot()
+        self._parked = False
+        self._idle_scope: trio.CancelScope | None = None
+        self._room_lot = trio.lowlevel.ParkingLot()
 
-    async def run(self) -> None:
-        """Write batches until a write fails (then hand the failure on)."""
-        send_all = self._send_all
-        queue = self._queue
+    # -- senders --------------------------------------------------------------------------
+
+    def queued(self, frames: int) -> None:
+        """``frames`` frames were appended to the outbox: make sure they leave."""
+        outbox = self._outbox
+        outbox.frames += frames
+        if self._parked:
+            if self.direct and self._write_from_sender():
+                return
+            self._wake()
+        elif self._idle_scope is not None and len(outbox.buffer) >= FLUSH_AT:
+            self.flush_now()
+
+    def _wake(self) -> None:
+        self._parked = False
+        self._outbox.wake_at = NEVER
+        self._lot.unpark_all()
+
+    def _write_from_sender(self) -> bool:
+        """After a quiet spell, hand the outbox to the kernel from the calling task
+        (a lone message saves the writer's scheduler pass).  True when all of it left;
+        what the kernel did not take, the writer sends."""
+        if time.perf_counter() - self.last_write < QUIET or logger.isEnabledFor(logging.DEBUG):
+            return False  # busy (let frames gather for the writer), or tracing frames
+        outbox = self._outbox
+        sent = self._transport.write_nowait(outbox.buffer)
+        self.last_write = time.perf_counter()
+        outbox.sent_part(sent)
+        return not outbox.buffer
+
+    def flush_now(self) -> None:
+        """Stop waiting for idleness: write what is queued now."""
+        if self._idle_scope is not None:
+            self._outbox.wake_at = NEVER
+            self._idle_scope.cancel()
+
+    @property
+    def state(self) -> str:
+        """``"parked"``, ``"gathering"`` or ``"writing"`` (see ``MuxerStats.writer``)."""
+        if self.writing:
+            return "writing"
+        return "gathering" if self._outbox.gathering else "parked"
+
+    async def wait_for_room(self) -> None:
+        """Wait until the writer has sent something, or ``wake_senders`` is called
+        (the caller looks at its situation again)."""
+        await self._room_lot.park()
+
+    def wake_senders(self) -> None:
+        """Let every waiting sender look at its situation again."""
+        if self._room_lot:
+            self._room_lot.unpark_all()
+
+    def stop(self) -> None:
+        """Nothing more will be sent: wake the writer and every sender."""
+        self._lot.unpark_all()
+        self._room_lot.unpark_all()
+
+    # -- large sends from the caller's buffer ---------------------------------------------
+
+    def may_write_frames(self) -> bool:
+        """True if a large send may go to the kernel from the sending task now: the
+        transport allows it, nothing is queued or being written (so order holds), the
+        send side is open, and frames are not being traced."""
+        return (
+            self.direct
+            and not self._outbox.buffer
+            and not self.writing
+            and self._engine.may_send
+            and not logger.isEnabledFor(logging.DEBUG)
+        )
+
+    def write_frames(self, record: StreamRecord, view: memoryview, pos: int) -> int:
+        """Frames of ``view[pos:]`` for ``record`` to the kernel with one ``writev``
+        (the caller checked ``may_write_frames``); how far in ``view`` they reach.  The
+        kernel takes whole frames and at most part of one more, whose rest is queued;
+        if it takes nothing, the first frame is queued, so the caller always progresses."""
+        step = self._engine.encoder.frame_size
+        prefix = self._engine.encoder.prefix
+        most = self._transport.max_buffers // 2  # two buffers a frame
+        end = min(len(view), pos + _DIRECT_BATCH, pos + step * most)
+        pieces = [view[start : start + step] for start in range(pos, end, step)]
+        heads = [prefix(record.id, record.data_flag, len(piece)) for piece in pieces]
+        parts = [part for pair in zip(heads, pieces, strict=True) for part in pair]
+        sent = self._transport.writev_nowait(parts)
+        self.last_write = time.perf_counter()
+        outbox = self._outbox
+        outbox.bytes_sent += sent
+        outbox.bytes_sent_without_copy += sent
+        frames = 0
+        for head, piece in zip(heads, pieces, strict=True):
+            size = len(head) + len(piece)
+            frames += 1
+            pos += len(piece)
+            if sent >= size:
+                sent -= size
+                continue
+            out = outbox.buffer  # the rest of this frame, for the writer
+            if sent:
+                out += head[sent:] if sent < len(head) else b""
+                out += piece[max(0, sent - len(head)) :]
+                outbox.trace_skip = len(out)  # a frame's tail, not a frame
+            else:
+                out += head
+                out += piece
+            break
+        if outbox.buffer:
+            self.queued(frames)
+        else:
+            outbox.frames += frames
+        return pos
+
+    # -- the writer task --------------------------------------------------------------------
+
+    async def next_batch(self) -> tuple[bytearray, int]:
+        """Wait until frames should be written; take them all (and their trace skip)."""
+        outbox = self._outbox
         while True:
-            data, skip = await queue.next_batch()
+            if not outbox.buffer or self.writing:
+                self._parked = True
+                outbox.wake_at = 0 if not self.writing else NEVER
+                await self._lot.park()
+                # Woken by the first frame after a quiet spell: take it now, with
+                # whatever else the same scheduler pass queued.
+                if not outbox.buffer or self.writing:
+                    continue
+            elif len(outbox.buffer) < FLUSH_AT:
+                # Frames piled up during the last write: the program is busy sending.
+                with trio.move_on_after(self._delay) as scope:
+                    self._idle_scope = scope
+                    outbox.gathering = True
+                    outbox.wake_at = FLUSH_AT
+                    await wait_for_idle()
+                self._idle_scope = None
+                outbox.gathering = False
+            outbox.wake_at = NEVER
+            return outbox.take()
+
+    async def run(self, write_failed: Callable[[Exception], Awaitable[None]]) -> None:
+        """The writer task: write batches until a write fails, then await
+        ``write_failed(error)``."""
+        send_all = self._transport.writer_send_all()
+        outbox = self._outbox
+        while True:
+            data, skip = await self.next_batch()
             if logger.isEnabledFor(logging.DEBUG):  # one check per write, none per frame
                 self._log.trace_sent(data, skip)
-            queue.writing = True
+            self.writing = True
             try:
                 await send_all(data)
             except Exception as exc:  # any failure of any transport: the send side is lost
-                queue.writing = False
-                await self._on_failure(exc)
+                self.writing = False
+                await write_failed(exc)
                 return
             finally:
-                queue.writing = False
-            queue.sent(len(data))
-            queue.batch_written()
-
-    def detach(self) -> None:
-        """Drop the failure callback (it holds the connection): the writer has ended."""
-        self._on_failure = _no_failure_handler
-
-    def send_control(self, stream_id: int, flag: Flag, body: bytes = b"") -> None:
-        """Queue a control frame (NewStream, Close, Reset): it goes out whatever the
-        send buffer holds.  Nothing is queued once the send side has ended."""
-        if not self._may_send():
-            return
-        if flag >= Flag.RESET_RECEIVER:
-            self._stats.resets_sent += 1
-        self._queue.append_control(self._encoder.frame(stream_id, flag, body))
-
-    def may_write_directly(self) -> bool:
-        """True if a large send may go to the TCP socket from the sending task (when
-        nothing is queued or being written, so order holds): the socket path is on,
-        the send side is open, and frames are not being traced."""
-        return (
-            self._socket is not None
-            and self._may_send()
-            and not logger.isEnabledFor(logging.DEBUG)  # the writer traces frames
-        )
-
-    def write_directly(self, stream_id: int, flag: Flag, view: memoryview, pos: int) -> int:
-        """Frames of ``view[pos:]`` to the socket from the calling task (the caller
-        checked ``may_write_directly``); return how far in ``view`` they reach.
-        Whatever the kernel did not take is queued, whole, for the writer."""
-        assert self._socket is not None
-        encoder = self._encoder
-        pos, frames = self._socket.write_frames(
-            lambda size: encoder.prefix(stream_id, flag, size), encoder.frame_size, view, pos
-        )
-        if self._queue.buffer:
-            self._queue.queued(frames)
-        else:
-            self._queue.frames += frames
-        return pos
+                self.writing = False
+            outbox.bytes_sent += len(data)
+            self.last_write = time.perf_counter()
+            self.wake_senders()

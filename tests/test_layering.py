@@ -3,6 +3,7 @@ imports py-libp2p."""
 
 from __future__ import annotations
 
+import ast
 import pathlib
 import subprocess
 import sys
@@ -41,3 +42,85 @@ def test_import_mplex_imports_neither_mplex_libp2p_nor_py_libp2p() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]", out.stdout
+
+
+def _modules() -> dict[str, pathlib.Path]:
+    """Every module of the package, by dotted name."""
+    found = {}
+    for path in (ROOT / "mplex").rglob("*.py"):
+        parts = path.relative_to(ROOT).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        found[name] = path
+    return found
+
+
+def _imports(name: str, path: pathlib.Path, modules: dict[str, pathlib.Path]) -> set[str]:
+    """The package's modules that ``name`` imports, ``TYPE_CHECKING`` imports included
+    (a cycle of those is still a cycle of design)."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
+                base = f"{anchor}.{base}" if base else anchor
+            candidates = [base] + [f"{base}.{alias.name}" for alias in node.names]
+        elif isinstance(node, ast.Import):
+            candidates = [alias.name for alias in node.names]
+        else:
+            continue
+        found |= {c for c in candidates if c in modules and c != name}
+    return found
+
+
+def test_no_module_imports_itself_through_others() -> None:
+    modules = _modules()
+    graph = {name: _imports(name, path, modules) for name, path in modules.items()}
+    # A package's __init__ imports its modules, which import their package only for
+    # its submodules: edges into an __init__ are not a design cycle.
+    packages = {name for name, path in modules.items() if path.name == "__init__.py"}
+    graph = {name: {t for t in targets if t not in packages} for name, targets in graph.items()}
+    cycles = []
+    state: dict[str, int] = {}
+
+    def visit(name: str, trail: list[str]) -> None:
+        state[name] = 1
+        for target in sorted(graph[name]):
+            if state.get(target) == 1:
+                cycles.append([*trail[trail.index(target) :], target])
+            elif target not in state:
+                visit(target, [*trail, target])
+        state[name] = 2
+
+    for name in sorted(graph):
+        if name not in state:
+            visit(name, [name])
+    assert cycles == []
+
+
+def _private_reads_of_others(path: pathlib.Path) -> list[str]:
+    """``x._name`` where ``x`` is not ``self``/``cls`` (and not a module): a read of
+    another object's private member."""
+    tree = ast.parse(path.read_text())
+    module_names = {
+        alias.asname or alias.name.split(".")[0]
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Import)
+        for alias in node.names
+    }
+    own = {"self", "cls", *module_names}
+    return [
+        f"{path.relative_to(ROOT)}:{node.lineno} .{node.attr}"
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Attribute)
+        and node.attr.startswith("_")
+        and not node.attr.startswith("__")
+        and not (isinstance(node.value, ast.Name) and node.value.id in own)
+    ]
+
+
+def test_objects_keep_to_their_own_private_members() -> None:
+    paths = sorted((ROOT / "mplex").rglob("*.py"))
+    reads = [read for path in paths for read in _private_reads_of_others(path)]
+    assert len(reads) <= 6, "\n".join(reads)

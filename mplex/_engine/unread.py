@@ -1,27 +1,21 @@
-"""The receive side's memory: each stream's unread data, and the connection-wide count
-that the slow-reader policies act on (sans-IO).
+"""What was received and not read yet (sans-IO): each stream's ``ReceiveBuffer``, and the
+connection's ``UnreadAccount`` of every stream's unread bytes together.
 
-``ReceiveBuffer`` holds one stream's unread pieces.  Small pieces that pile up unread
-are merged into one chunk of up to ``_MERGE_BELOW`` bytes, so unread data costs about
-its size in memory, not an object per frame (a peer sending one byte per read would
-otherwise make the limits count a twentieth of what is held).
-
-``UnreadData`` counts every stream's unread bytes together and knows which streams are
-over ``Config.max_stream_buffer``; the muxer's reader stops reading while
-``over_limits`` holds, and the policy (block, reset, block-then-reset) decides what
-gives.  Every byte is counted from the moment it is delivered until it is read or
-dropped, so what ``max_connection_buffer`` bounds is exactly what the program holds.
+Small pieces that pile up unread are merged into one chunk of up to ``_MERGE_BELOW``
+bytes, so unread data costs about its size in memory, not an object per frame (a peer
+sending one byte per read would otherwise make the limits count a twentieth of what is
+held).  Every byte is counted from the moment it is delivered until it is read or
+dropped, so what ``Config.max_connection_buffer`` bounds is exactly what the program
+holds.  The engine keeps the account; a buffer only holds bytes.
 """
 
 from __future__ import annotations
 
 import functools
-import weakref
 from collections import deque
-from collections.abc import Callable
 from typing import Generic, TypeVar
 
-__all__ = ["PRIME_BLOCK", "ReceiveBuffer", "UnreadData", "prime_allocator"]
+__all__ = ["PRIME_BLOCK", "ReceiveBuffer", "UnreadAccount", "prime_allocator"]
 
 #: Received pieces shorter than this are merged while unread.
 _MERGE_BELOW = 4096
@@ -33,14 +27,12 @@ PRIME_BLOCK = 2 * 1024 * 1024
 T = TypeVar("T")
 
 
-def _nothing() -> None:
-    pass
-
-
-class UnreadData(Generic[T]):
+class UnreadAccount(Generic[T]):
     """All streams' unread bytes, and the streams (``T``) over their own limit."""
 
-    def __init__(self, max_stream: int, max_connection: int, on_release: Callable[[], None]) -> None:
+    __slots__ = ("max_connection", "max_stream", "overfull", "total")
+
+    def __init__(self, max_stream: int, max_connection: int) -> None:
         #: ``Config.max_stream_buffer`` and ``Config.max_connection_buffer``.
         self.max_stream = max_stream
         self.max_connection = max_connection
@@ -48,45 +40,26 @@ class UnreadData(Generic[T]):
         self.total = 0
         #: Streams holding more than ``max_stream`` unread bytes (under a blocking policy).
         self.overfull: set[T] = set()
-        self._on_release = on_release
-
-    def detach(self) -> None:
-        """The connection has ended: forget the streams and the callback (what is
-        unread stays readable and counted)."""
-        self.overfull.clear()
-        self._on_release = _nothing
 
     def over_limits(self) -> bool:
         """True while the reader must not read: a stream is over its limit, or all
         streams together are over the connection's."""
         return bool(self.overfull) or self.total > self.max_connection
 
-    def released(self, owner: T | None, holding: int, amount: int) -> None:
-        """``amount`` unread bytes of ``owner`` were read or dropped; it still holds
-        ``holding``.  Whoever waits for room hears of it."""
-        self.total -= amount
-        if holding <= self.max_stream:
-            self.overfull.discard(owner)
-        self._on_release()
 
+class ReceiveBuffer:
+    """One stream's unread bytes, in the order they arrived."""
 
-class ReceiveBuffer(Generic[T]):
-    """One stream's unread data, counted in its connection's ``UnreadData``."""
+    __slots__ = ("_chunks", "_offset", "size")
 
-    __slots__ = ("_account", "_chunks", "_offset", "_owner", "size")
-
-    def __init__(self, account: UnreadData[T], owner: T) -> None:
-        self._account = account
-        # Weak: the owner holds this buffer, and an ended connection's streams must be
-        # freed by reference counting alone (no cycle).
-        self._owner = weakref.ref(owner)
+    def __init__(self) -> None:
         self._chunks: deque[bytes | bytearray] = deque()
         self._offset = 0  # bytes of _chunks[0] already handed out
         #: Unread bytes.
         self.size = 0
 
-    def append(self, data: bytes) -> bool:
-        """Store one received piece; True if the stream is now over ``max_stream``."""
+    def append(self, data: bytes) -> None:
+        """Store one received piece."""
         chunks = self._chunks
         if chunks and len(data) < _MERGE_BELOW and len(chunks[-1]) < _MERGE_BELOW:
             last = chunks[-1]
@@ -96,9 +69,6 @@ class ReceiveBuffer(Generic[T]):
         else:
             chunks.append(data)
         self.size += len(data)
-        account = self._account
-        account.total += len(data)
-        return self.size > account.max_stream
 
     def take(self, max_bytes: int | None) -> bytes:
         """Up to ``max_bytes`` (None: all) unread bytes, as one ``bytes``; the buffer
@@ -133,17 +103,15 @@ class ReceiveBuffer(Generic[T]):
         if type(data) is not bytes:
             data = bytes(data)  # a merged chunk
         self.size -= len(data)
-        self._account.released(self._owner(), self.size, len(data))
         return data
 
     def discard(self) -> int:
-        """Drop all unread data; return how much there was."""
+        """Drop all unread bytes; return how many there were."""
         dropped = self.size
         if dropped:
             self._chunks.clear()
             self._offset = 0
             self.size = 0
-            self._account.released(self._owner(), 0, dropped)
         return dropped
 
 

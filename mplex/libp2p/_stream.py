@@ -4,16 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Coroutine
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 import trio
-from libp2p.abc import IMuxedStream
+from libp2p.abc import IMuxedConn, IMuxedStream
 from libp2p.stream_muxer.mplex.exceptions import MplexStreamClosed, MplexStreamEOF, MplexStreamReset
 
 import mplex
-
-if TYPE_CHECKING:
-    from ._conn import MplexMuxedConn
 
 __all__ = ["QUEUE_AT_ONCE", "YIELD_EVERY", "MplexMuxedStream", "StreamResetWhileWriting"]
 
@@ -87,7 +84,7 @@ class MplexMuxedStream(IMuxedStream):
       (``TimeoutError``).
     """
 
-    def __init__(self, muxed_conn: MplexMuxedConn, stream: mplex.MplexStream) -> None:
+    def __init__(self, muxed_conn: IMuxedConn, stream: mplex.MplexStream) -> None:
         self.muxed_conn = muxed_conn
         #: The underlying ``mplex.MplexStream`` (a ``trio.abc.HalfCloseableStream``).
         self.stream = stream
@@ -231,7 +228,8 @@ class MplexMuxedStream(IMuxedStream):
 
     def get_remote_address(self) -> tuple[str, int] | None:
         """The connection's remote address, if its transport knows one."""
-        return self.muxed_conn.get_remote_address()
+        address: tuple[str, int] | None = self.muxed_conn.get_remote_address()
+        return address
 
     async def __aenter__(self) -> MplexMuxedStream:
         return self

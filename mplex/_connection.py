@@ -1,0 +1,340 @@
+"""One mplex connection in the trio layer: ``Connection``, the host of its streams.
+
+The connection ties the sans-IO ``Engine`` to a ``Transport`` through two tasks, the
+``Reader`` and the ``Writer``, and does the waiting the engine cannot: tasks waiting
+for room in the outbox, for a stream slot, for the peer's next stream, or in
+``receive_some``.  After every engine call it acts on what the engine reported
+(``settle``): it wakes the receivers of the records that changed, the senders, the
+acceptors and the tasks waiting for a slot, and tells the writer about control frames.
+
+Its objects refer to each other in one direction only: the connection holds the engine,
+the transport, the reader, the writer and the throttle; none of them holds the
+connection (the reader's and writer's tasks get it as an argument, and streams hold it
+as their ``StreamHost``).  So when a connection ends and the program drops it and its
+streams, reference counting alone frees them.
+"""
+
+from __future__ import annotations
+
+import logging
+import traceback
+from typing import Any
+
+import trio
+
+from ._endings import ConnectionLost, EndReason, MuxerClosed, StreamReset, fresh_copy
+from ._engine.config import Config
+from ._engine.engine import Engine
+from ._engine.record import Broken, StreamRecord
+from ._engine.states import ConnectionState, Direction
+from ._engine.stats import MuxerStats
+from ._engine.unread import prime_allocator
+from ._lifecycle import Ending, Lifecycle
+from ._logging import ConnectionLog, connection_label, describe, logger
+from ._reader import Reader
+from ._stream import MplexStream
+from ._throttle import ReaderThrottle
+from ._transport import transport_for
+from ._writer import Writer
+
+__all__ = ["Connection"]
+
+_CLOSED = ConnectionState.CLOSED
+#: Ends logged at DEBUG; the others (a failed transport, a broken protocol) at INFO.
+_ORDINARY_ENDS = frozenset({EndReason.PEER_CLOSED, EndReason.CLOSED})
+_SENT_CLOSE, _SENT_EOF = Direction.CLOSED, Direction.ENDED
+
+
+class Connection:
+    """The trio layer of one mplex connection (``StreamHost`` and ``ReaderHost``)."""
+
+    def __init__(self, transport_stream: trio.abc.Stream, config: Config) -> None:
+        self.config = config
+        self.transport_stream = transport_stream
+        #: A label for log lines: a sequence number and, over a socket (or TLS over
+        #: one), the peer's address.
+        self.name = connection_label(transport_stream)
+        self.log = ConnectionLog(self.name)
+        self.life = Lifecycle()
+        self.engine = engine = Engine(config)
+        self.outbox = engine.outbox
+        self.transport = transport_for(transport_stream, config)
+        self.writer = Writer(engine, self.transport, config.max_flush_delay, self.log)
+        self.throttle = ReaderThrottle(engine, self.writer)
+        self.reader = Reader(
+            engine,
+            self.transport,
+            self.throttle,
+            self.log,
+            flush_delay=config.max_flush_delay,
+            close_timeout=config.close_timeout,
+        )
+        # The two calls on a sender's path, bound once.
+        self.queued = self.writer.queued
+        self.wait_for_room = self.writer.wait_for_room
+        self._accept_lot = trio.lowlevel.ParkingLot()
+        self._slot_lot = trio.lowlevel.ParkingLot()
+        self._run_scope: trio.CancelScope | None = None
+
+    @property
+    def running(self) -> bool:
+        """True until the connection ends."""
+        return self.life.running
+
+    # -- acting on the engine ---------------------------------------------------------------
+
+    def settle(self) -> None:
+        """Act on what the engine's last call changed."""
+        engine = self.engine
+        woken = engine.woken
+        if woken:
+            reschedule = trio.lowlevel.reschedule
+            for record in woken:
+                task = record.waiter
+                if task is not None:
+                    record.waiter = None
+                    reschedule(task)  # type: ignore[arg-type]
+            woken.clear()
+        if engine.control_queued:
+            engine.control_queued = 0
+            self.writer.queued(0)
+        if engine.changed:
+            engine.changed = False
+            self.writer.wake_senders()
+        if engine.arrived:
+            engine.arrived = False
+            self._accept_lot.unpark_all()
+        if engine.slot_freed:
+            engine.slot_freed = False
+            self._slot_lot.unpark_all()
+        if engine.released:
+            engine.released = False
+            self.throttle.recheck()
+
+    def _changed_here(self, record: StreamRecord) -> None:
+        """The program changed ``record``: wake whoever it concerns, a receiving task
+        waiting on the transport itself included."""
+        transport = self.transport
+        if transport.borrower_waiting is record:
+            transport.wake_borrower()
+        self.settle()
+
+    # -- what streams ask (StreamHost) ------------------------------------------------------
+
+    def frame_prefix(self, record: StreamRecord, size: int) -> bytes:
+        return self.engine.encoder.prefix(record.id, record.data_flag, size)
+
+    def append_frames(self, record: StreamRecord, view: memoryview) -> int:
+        return self.engine.encoder.append(self.outbox.buffer, record.id, record.data_flag, view)
+
+    def direct_writes(self) -> bool:
+        return self.writer.direct and self.engine.may_send and not logger.isEnabledFor(logging.DEBUG)
+
+    def write_frames(self, record: StreamRecord, view: memoryview, pos: int) -> int | None:
+        if not self.writer.may_write_frames():
+            return None
+        return self.writer.write_frames(record, view, pos)
+
+    def flush_now(self) -> None:
+        self.writer.flush_now()
+
+    def may_lend(self, *, bulk: bool) -> bool:
+        return self.reader.may_lend(bulk=bulk) and self.life.running
+
+    async def receive_for(self, record: StreamRecord) -> None:
+        await self.reader.receive_for(self, record)
+
+    def take(self, record: StreamRecord, max_bytes: int | None) -> bytes:
+        data = self.engine.take(record, max_bytes)
+        if self.throttle.blocked:
+            self.throttle.recheck()
+        return data
+
+    def send_close(self, record: StreamRecord) -> bool:
+        done = self.engine.send_close(record)
+        self.settle()
+        return done
+
+    def close(self, record: StreamRecord) -> None:
+        self.engine.close(record)
+        self._changed_here(record)
+
+    def reset(self, record: StreamRecord) -> None:
+        self.engine.reset(record)
+        self._changed_here(record)
+
+    def send_error(self, record: StreamRecord) -> BaseException:
+        # Local reasons win: sending after our own close or EOF is the caller's
+        # mistake (trio's ClosedResourceError) even if the peer reset since.
+        if record.sending is _SENT_CLOSE:
+            return trio.ClosedResourceError("this stream was closed")
+        if record.sending is _SENT_EOF:
+            return trio.ClosedResourceError("send_eof() was called on this stream")
+        if record.broken is not None:
+            return self.receive_error(record)
+        send_error = self.engine.send_error
+        if isinstance(send_error, ConnectionLost | MuxerClosed):
+            return _chained(fresh_copy(send_error, record.id), send_error.__cause__)
+        return trio.ClosedResourceError("send_eof() was called on this stream")
+
+    def receive_error(self, record: StreamRecord) -> BaseException:
+        if record.broken is Broken.PEER_RESET:
+            return StreamReset(f"stream {record.id} was reset by the peer", stream_id=record.id, by_peer=True)
+        if record.broken is Broken.POLICY_RESET:
+            return StreamReset(
+                f"stream {record.id} was reset by the slow-reader policy: its unread data went "
+                "over Config.max_stream_buffer or max_connection_buffer",
+                stream_id=record.id,
+                by_peer=False,
+            )
+        error = self.life.error
+        return _chained(fresh_copy(error, record.id), error.__cause__ if error is not None else None)
+
+    # -- what the program asks ----------------------------------------------------------------
+
+    async def open_stream(self, name: bytes | None) -> MplexStream:
+        """A new stream of ours (``name`` checked by ``name_bytes``), once the outbox has
+        room and a slot is free."""
+        await trio.lowlevel.checkpoint()
+        engine, outbox = self.engine, self.outbox
+        while True:
+            self.life.check_usable()
+            if not outbox.has_room:
+                await self.writer.wait_for_room()  # NewStream is queued like data
+            elif engine.slot_free:
+                break
+            else:
+                await self._slot_lot.park()
+        record = engine.open(name)
+        self.settle()
+        return MplexStream(self, record, self.config.max_send_frame_size)
+
+    async def accept_stream(self) -> MplexStream:
+        """The peer's next stream; raises why once the connection has ended."""
+        throttle = self.throttle
+        throttle.acceptors += 1
+        try:
+            backlog = self.engine.backlog
+            if backlog:
+                await trio.lowlevel.checkpoint()
+            while not backlog:
+                if not self.life.running:
+                    await trio.lowlevel.checkpoint()
+                    self.life.raise_ended()
+                await self._accept_lot.park()
+            return MplexStream(self, self.engine.accept(), self.config.max_send_frame_size)
+        finally:
+            throttle.acceptors -= 1
+            throttle.recheck()  # an accepted stream, or no acceptor left
+
+    # -- running and ending -----------------------------------------------------------------------
+
+    async def run(self, task_status: trio.TaskStatus[None]) -> None:
+        """The reader and writer tasks until the connection ends; see ``Muxer.run``."""
+        if self.config.prime_allocator:
+            prime_allocator()
+        try:
+            async with trio.open_nursery() as nursery:
+                self._run_scope = nursery.cancel_scope
+                if self.life.running:
+                    nursery.start_soon(self.reader.run, self, name=f"mplex reader {self.name}")
+                    nursery.start_soon(self.writer.run, self._write_failed, name=f"mplex writer {self.name}")
+                task_status.started()
+        finally:
+            self.end(MuxerClosed("the muxer's run() was cancelled"), None, final_state=_CLOSED)
+            try:
+                await self.close_transport()  # raises Cancelled if run() was cancelled
+            finally:
+                # Remote causes at INFO, never WARNING: see mplex._logging.
+                level = logging.DEBUG if self.life.end_reason in _ORDINARY_ENDS else logging.INFO
+                self.log.log(level, "connection ended: %s", describe(self.life.error))
+                self.finished()
+
+    def stop_sending(self, error: Ending) -> None:
+        """Nothing more may be queued: every send and open raises ``error``."""
+        if self.life.stop_sending(error):
+            self.engine.stop_sending(error)
+            self.settle()
+
+    def end(
+        self,
+        error: Ending,
+        cause: BaseException | None,
+        *,
+        final_state: ConnectionState = ConnectionState.BROKEN,
+    ) -> None:
+        """End the connection (the first call counts): break every stream, wake every
+        waiting task, stop the reader and the writer."""
+        if not self.life.end(error, cause=cause, final_state=final_state):
+            return
+        self.engine.end(error)
+        self.writer.stop()
+        self.throttle.wake()
+        if self.transport.borrower_waiting is not None:
+            self.transport.wake_borrower()
+        self.settle()
+        if self._run_scope is not None:
+            self._run_scope.cancel()
+
+    async def _write_failed(self, cause: Exception) -> None:
+        """A write failed: end the send side; the receive side lingers (``Reader.linger``)."""
+        error = ConnectionLost("the transport failed while sending")
+        error.__cause__ = cause
+        self.stop_sending(error)
+        self.outbox.clear()
+        assert self.life.send_error is not None  # ours, or aclose()'s if it came first
+        await self.reader.linger(self, self.life.send_error)
+
+    async def close_transport(self) -> None:
+        """Close the transport at once.  Its own failure to close (a peer that already
+        hung up, a TLS close_notify that cannot go) is logged and kept as the context of
+        ``end_error``, never raised: the connection has ended either way."""
+        try:
+            await trio.aclose_forcefully(self.transport_stream)
+        except Exception as exc:  # any transport's aclose(): the connection is gone anyway
+            self.log.debug("closing the transport failed: %r", exc)
+            error = self.life.error
+            if error is not None and error.__context__ is None:
+                error.__context__ = exc
+
+    def finished(self) -> None:
+        """The tasks are done: a recorded error's cause or context carries a traceback
+        whose frames (ours, finished) hold this connection; keep the traceback, drop
+        the locals, so nothing keeps the connection alive but the program."""
+        self._run_scope = None
+        error = self.life.error
+        for linked in (error.__cause__, error.__context__) if error is not None else ():
+            while linked is not None:
+                traceback.clear_frames(linked.__traceback__)
+                linked = linked.__cause__ or linked.__context__
+
+    def stats(self) -> MuxerStats:
+        """A snapshot of the counters and gauges."""
+        engine, running = self.engine, self.life.running
+        lent = self.transport.borrower if running else None
+        activity: dict[str, Any] = {
+            "writer": self.writer.state if self.life.send_error is None and running else "stopped",
+            "reader": ("paused" if self.throttle.blocked else self.reader.state) if running else "stopped",
+            "reader_lent_to": lent.key if isinstance(lent, StreamRecord) else None,
+        }
+        return engine.counters.snapshot(
+            frames_sent=self.outbox.frames,
+            bytes_sent=self.outbox.bytes_sent,
+            frames_received=engine.decoder.frames_decoded,
+            reader_blocked_seconds=self.throttle.blocked_for(),
+            inbound_streams=engine.inbound,
+            outbound_streams=len(engine.slots),
+            streams_waiting=len(engine.backlog),
+            unread_bytes=engine.unread.total,
+            queued_bytes=len(self.outbox.buffer),
+            live_streams=len(engine.streams),
+            bytes_sent_without_copy=self.outbox.bytes_sent_without_copy,
+            **activity,
+        )
+
+
+def _chained(error: BaseException, cause: BaseException | None) -> BaseException:
+    """``error``, raised ``from cause`` when the caller raises it."""
+    error.__cause__ = cause
+    error.__suppress_context__ = True
+    return error

@@ -1,0 +1,462 @@
+"""The mplex protocol engine (sans-IO): ``Engine``.
+
+Bytes from the peer go in (``receive``); what they mean comes out as changes to the
+stream records, bytes queued in the ``Outbox`` (the control frames the input calls for)
+and notices for the layer above: the records whose waiting receiver must be woken
+(``woken``), and whether senders, acceptors or tasks waiting for a stream slot should
+look again.  The program's own actions on streams (``open``, ``send_close``, ``close``,
+``reset``) go through the engine too, which owns every rule: the stream table, ids,
+limits, the accept backlog, tombstones of finished streams, the abuse budgets, and
+what may be sent.  Nothing here waits, wakes or reads a clock: time is passed in.
+
+Streams are keyed by ``id << 1 | opened_by_us``: the same number opened by each side
+names two different streams.  A frame with an even flag comes from the stream's
+opener, so it names a stream the peer opened; an odd flag names one we opened.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict, deque
+
+from .budget import SlidingBudget
+from .config import Config
+from .decoder import Decoder, RawFrame
+from .errors import MplexError, ProtocolError
+from .outbox import Outbox
+from .record import Broken, StreamRecord
+from .states import FINISHED_STATES, Direction, StreamEvent, StreamState, Verdict, end_direction, transition
+from .stats import Counters
+from .unread import UnreadAccount
+from .wire import MAX_STREAM_ID, Encoder, Flag
+
+__all__ = ["Engine", "name_bytes"]
+
+#: Finished stream keys remembered, so late frames for them are recognised as such
+#: (at least; see ``Engine.tombstone_limit``).
+_TOMBSTONES = 4096
+_NEW_STREAM = int(Flag.NEW_STREAM)
+_MESSAGE_INITIATOR = int(Flag.MESSAGE_INITIATOR)
+_RESET_RECEIVER = int(Flag.RESET_RECEIVER)
+_OK, _IGNORE = Verdict.OK, Verdict.IGNORE
+_OPEN, _ENDED, _RESET, _LOST, _CLOSED = (
+    Direction.OPEN,
+    Direction.ENDED,
+    Direction.RESET,
+    Direction.LOST,
+    Direction.CLOSED,
+)
+#: States whose direction from the peer is still open on the wire.
+_RECEIVABLE = frozenset({StreamState.OPEN, StreamState.LOCAL_CLOSED})
+
+
+def name_bytes(name: str | bytes | None, limit: int) -> bytes | None:
+    """A stream name as ``open_stream`` takes it, as the bytes to send (None: the
+    default); a wrong type, or a name over ``limit`` bytes, raises before anything is
+    taken or sent."""
+    if name is None:
+        return None
+    if isinstance(name, str):
+        raw = name.encode()
+    elif isinstance(name, bytes):
+        raw = bytes(name)
+    else:
+        raise TypeError(f"a stream name is str, bytes or None, not {type(name).__name__}")
+    if len(raw) > limit:
+        raise ValueError(
+            f"a stream name may have at most {limit} bytes (Config.max_stream_name_size, "
+            f"within one frame of Config.max_send_frame_size); this one has {len(raw)}"
+        )
+    return raw
+
+
+class Engine:
+    """One connection's protocol state: see the module docstring."""
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        #: The one encoder of every frame this connection sends.
+        self.encoder = Encoder(config.max_send_frame_size)
+        #: The longest name ``open`` sends: ``Config.max_stream_name_size`` within one frame.
+        self.name_limit = min(config.max_stream_name_size, config.max_send_frame_size)
+        #: Decodes the input, at most ``Config.frames_per_yield`` frames per step.
+        self.decoder = Decoder(
+            config.max_message_size, coalesce=True, frames_per_feed=config.frames_per_yield
+        )
+        self.outbox = Outbox(config.send_high_water)
+        #: Every stream's unread bytes.
+        self.unread: UnreadAccount[StreamRecord] = UnreadAccount(
+            config.max_stream_buffer, config.max_connection_buffer
+        )
+        self.counters = Counters()
+        #: Live streams by key.
+        self.streams: dict[int, StreamRecord] = {}
+        #: The id our next stream gets.
+        self.next_id = 0
+        #: Keys of our streams that hold a ``max_outbound_streams`` slot.
+        self.slots: set[int] = set()
+        #: Streams the peer opened that are still in the table.
+        self.inbound = 0
+        #: Inbound streams waiting to be accepted, oldest first.
+        self.backlog: deque[StreamRecord] = deque()
+        # Enough to remember every stream both sides may have open, twice over: a batch
+        # reset of all of them must not make their in-flight frames "unknown".
+        both_ways = config.max_inbound_streams + config.max_outbound_streams
+        self.tombstone_limit = max(_TOMBSTONES, 2 * both_ways)
+        self._tombstones: OrderedDict[int, None] = OrderedDict()
+        window = config.abuse_window
+
+        def budget(name: str) -> SlidingBudget:
+            return SlidingBudget(name, getattr(config, name), window)
+
+        self.unknown_budget = budget("max_unknown_stream_frames")
+        self.refused_budget = budget("max_refused_streams")
+        self.reset_budget = budget("max_resets_received")
+        self.ignored_budget = budget("max_ignored_frames")
+        #: False once nothing more may be queued; control frames are then dropped.
+        self.may_send = True
+        #: What ended the send side, and the connection: the layer above's errors,
+        #: kept for it (records broken ``LOST`` refer to ``end_error``).
+        self.send_error: object = None
+        self.end_error: object = None
+        # Notices for the layer above, which acts on them and clears them.
+        #: Records whose ``waiter`` must be woken.
+        self.woken: list[StreamRecord] = []
+        #: A stream's state changed: senders waiting for room should look again.
+        self.changed = False
+        #: New streams arrived in the backlog.
+        self.arrived = False
+        #: A ``max_outbound_streams`` slot came free.
+        self.slot_freed = False
+        #: Control frames queued in the outbox.
+        self.control_queued = 0
+        #: Unread bytes were dropped (a reader paused for the buffers may go on).
+        self.released = False
+        #: While True, the frames of each input are kept in ``traced`` (for a log of
+        #: every frame): the layer above sets it and empties the list.
+        self.tracing = False
+        self.traced: list[RawFrame] = []
+
+    # -- input ----------------------------------------------------------------------------
+
+    @property
+    def pending(self) -> bool:
+        """True while part of the last input waits for ``resume`` (``frames_per_yield``)."""
+        return self.decoder.pending
+
+    def receive(self, data: bytes | bytearray, now: float) -> None:
+        """Take what the transport delivered (not its end: see ``input_cut``).  Raises
+        ``ProtocolError`` when it breaks the protocol or a budget, after acting on the
+        frames before the offending one."""
+        self.counters.bytes_received += len(data)
+        if self.decoder.absorb(data):
+            return  # the middle of a large frame's body
+        decoder = self.decoder
+        while decoder.pending:  # the rest of an earlier input comes first
+            self._decoded(decoder.resume_raw(), now)
+        try:
+            frames = decoder.feed_raw(data)
+        except ProtocolError as exc:
+            self._dispatch(exc.decoded, now)
+            raise
+        self._dispatch(frames, now)
+
+    def resume(self, now: float) -> None:
+        """The next ``Config.frames_per_yield`` frames of an input left ``pending``."""
+        self._decoded(self.decoder.resume_raw(), now)
+
+    def _decoded(self, frames: list[RawFrame], now: float) -> None:
+        self._dispatch(frames, now)
+
+    def input_cut(self) -> int:
+        """Bytes of an unfinished frame when the input ended (0: a clean end)."""
+        return self.decoder.buffered
+
+    def _dispatch(self, frames: list[RawFrame], now: float) -> None:
+        if self.tracing:
+            self.traced.extend(frames)
+        streams = self.streams
+        for header, body in frames:
+            flag = header & 7
+            record = streams.get((header >> 3) << 1 | (header & 1))
+            if 0 < flag <= _MESSAGE_INITIATOR:
+                if not body:  # ignored on receipt (spec 5.9): nothing to store or wake
+                    self._spend(self.ignored_budget, now)
+                elif record is not None and record.can_receive:
+                    self._deliver(record, body)
+                elif record is None or not self._late_data(record):
+                    self._dropped(header, record, now)
+            elif flag == _NEW_STREAM:
+                self._new_stream(header >> 3, body, now)
+            else:
+                reset = flag >= _RESET_RECEIVER
+                if reset:
+                    self.counters.resets_received += 1
+                    self._spend(self.reset_budget, now)
+                if record is None:
+                    self._dropped(header, record, now)
+                elif not (self._remote_reset(record) if reset else self._remote_close(record)):
+                    self.counters.frames_dropped += 1
+                    self._spend(self.ignored_budget, now)  # a repeated Close
+
+    def _deliver(self, record: StreamRecord, body: bytes) -> None:
+        unread = record.unread
+        unread.append(body)
+        account = self.unread
+        account.total += len(body)
+        record.last_delivery = len(body)
+        if record.waiter is not None:
+            self.woken.append(record)
+        if unread.size > account.max_stream:
+            if self.config.slow_reader_policy == "reset":
+                self.reset_by_policy(record)
+            else:
+                account.overfull.add(record)
+
+    def _late_data(self, record: StreamRecord) -> bool:
+        """Data for a stream that does not receive: if we closed it here, ask the peer
+        to stop (once) and return True; else False (the frame is dropped)."""
+        if record.receiving is not _CLOSED:
+            return False
+        if record.state in _RECEIVABLE:
+            self._send_reset(record)
+            self._changed(record)
+        return True
+
+    def _remote_close(self, record: StreamRecord) -> bool:
+        """The peer's Close; False if it meant nothing (a repeat)."""
+        if self._apply(record, StreamEvent.RECV_CLOSE) is not _OK:
+            return False
+        record.receiving = end_direction(record.receiving, _ENDED)
+        self._changed(record)
+        return True
+
+    def _remote_reset(self, record: StreamRecord) -> bool:
+        """The peer's Reset; False if it meant nothing (the stream had finished)."""
+        if self._apply(record, StreamEvent.RECV_RESET) is not _OK:
+            return False
+        self._break(record, Broken.PEER_RESET, _RESET)
+        return True
+
+    def _dropped(self, header: int, record: StreamRecord | None, now: float) -> None:
+        """A frame nobody can use.  On a live stream (data after the peer's Close) it
+        changed nothing.  Late frames for a stream that finished are expected (they
+        crossed our close or reset) but change nothing either: both are spent from
+        ``ignored_budget``, so a peer cannot flood a stream, finished or not, for
+        free.  Frames for a stream that never existed are spent from ``unknown_budget``."""
+        self.counters.frames_dropped += 1
+        key = (header >> 3) << 1 | (header & 1)
+        if record is not None or (key & 1 and header >> 3 < self.next_id) or key in self._tombstones:
+            self._spend(self.ignored_budget, now)
+        else:
+            self._spend(self.unknown_budget, now)
+
+    def _new_stream(self, stream_id: int, name: bytes, now: float) -> None:
+        """The peer opens ``stream_id``: to the backlog, or refused with a Reset when a
+        stream limit or the backlog is full.  A second NewStream for a stream the peer
+        has open is a ``ProtocolError``."""
+        key = stream_id << 1
+        if key in self.streams:
+            raise ProtocolError(f"NewStream for stream {stream_id}, which the peer already has open")
+        config = self.config
+        if self.inbound >= config.max_inbound_streams or len(self.backlog) >= config.accept_backlog:
+            self._spend(self.refused_budget, now)
+            self._remember(key)
+            self.counters.streams_refused += 1
+            self._control(stream_id, Flag.RESET_RECEIVER)
+            return
+        self._tombstones.pop(key, None)
+        record = StreamRecord(stream_id, name[: config.max_stream_name_size], is_initiator=False)
+        if not self.may_send:
+            record.sending = _LOST
+            record.refresh()
+        self.streams[key] = record
+        self.inbound += 1
+        self.backlog.append(record)
+        self.arrived = True
+
+    def _spend(self, budget: SlidingBudget, now: float) -> None:
+        """Count one event against ``budget``; ``ProtocolError`` once it is exhausted."""
+        if not budget.add(now):
+            raise ProtocolError(
+                f"abuse budget exceeded: more than {budget.limit} events counted by "
+                f"Config.{budget.name} within {budget.window:g} s"
+            )
+
+    # -- the program's actions --------------------------------------------------------------
+
+    @property
+    def slot_free(self) -> bool:
+        """True if another stream of ours may open now."""
+        return len(self.slots) < self.config.max_outbound_streams
+
+    def open(self, name: bytes | None) -> StreamRecord:
+        """A new stream of ours (its NewStream queued); the caller made sure a slot is
+        free and the outbox has room.  ``MplexError`` once every id is used."""
+        stream_id = self.next_id
+        if stream_id > MAX_STREAM_ID:
+            raise MplexError("all 2**60 stream ids of this connection are used up")
+        self.next_id = stream_id + 1
+        if name is None:
+            name = str(stream_id).encode()
+        record = StreamRecord(stream_id, name, is_initiator=True)
+        self.streams[record.key] = record
+        self.slots.add(record.key)
+        self.counters.streams_opened += 1
+        self._control(stream_id, Flag.NEW_STREAM, name)
+        return record
+
+    def accept(self) -> StreamRecord:
+        """The oldest stream of the backlog (the caller checked there is one)."""
+        self.counters.streams_accepted += 1
+        return self.backlog.popleft()
+
+    def take(self, record: StreamRecord, max_bytes: int | None) -> bytes:
+        """Up to ``max_bytes`` of ``record``'s unread data (it must have some)."""
+        data = record.unread.take(max_bytes)
+        account = self.unread
+        account.total -= len(data)
+        if record.unread.size <= account.max_stream:
+            account.overfull.discard(record)
+        return data
+
+    def send_close(self, record: StreamRecord) -> bool:
+        """``send_eof``: end our direction with a Close; False when the stream cannot
+        send (the caller raises why)."""
+        if record.sending is _ENDED:
+            return True  # repeating it is harmless
+        if record.sending is not _OPEN or self._apply(record, StreamEvent.SEND_CLOSE) is not _OK:
+            return False
+        record.sending = _ENDED
+        self._control(record.id, record.flag(Flag.CLOSE_INITIATOR))
+        self._changed(record)
+        return True
+
+    def close(self, record: StreamRecord) -> None:
+        """``aclose``: close both directions here.  If unread data had to be dropped
+        while the peer still sends, Reset instead of Close, so the peer stops sending
+        into the void (mplex has no "stop sending" frame)."""
+        if record.receiving is _CLOSED:
+            return
+        record.sending = record.receiving = _CLOSED
+        dropped = self._discard(record)
+        if dropped and record.state in _RECEIVABLE:
+            self._send_reset(record)
+        elif self._apply(record, StreamEvent.SEND_CLOSE) is _OK:
+            self._control(record.id, record.flag(Flag.CLOSE_INITIATOR))
+        self._changed(record)
+        self._release_slot(record)
+
+    def reset(self, record: StreamRecord) -> None:
+        """``reset()``: abort both directions and tell the peer."""
+        record.sending = record.receiving = _CLOSED
+        self._discard(record)
+        self._send_reset(record)
+        self._changed(record)
+        self._release_slot(record)
+
+    def reset_by_policy(self, record: StreamRecord) -> bool:
+        """Give up on a slow (or never accepted) stream: free its unread data, reset
+        it, and take it out of the backlog.  False if it had finished already."""
+        self._discard(record)
+        if self.unaccepted(record):
+            self.backlog.remove(record)  # nobody wants a stream reset unseen
+        if self._apply(record, StreamEvent.SEND_RESET) is not _OK:
+            return False
+        self._control(record.id, record.flag(Flag.RESET_INITIATOR))
+        self.counters.streams_reset_by_policy += 1
+        self._break(record, Broken.POLICY_RESET, _RESET)
+        return True
+
+    def unaccepted(self, record: StreamRecord) -> bool:
+        """True if ``record`` waits in the backlog."""
+        return not record.is_initiator and record in self.backlog
+
+    def stop_sending(self, error: object) -> None:
+        """Nothing more may be queued (the connection is closing, or a write failed):
+        every stream's sending direction ends, and ``error`` is why."""
+        if not self.may_send:
+            return
+        self.may_send = False
+        self.send_error = error
+        for record in list(self.streams.values()):
+            record.sending = end_direction(record.sending, _LOST)
+            self._changed(record)
+        self.slot_freed = True  # tasks waiting for a slot must learn it too
+
+    def end(self, error: object) -> None:
+        """The connection ended: every stream breaks (``error`` is why)."""
+        self.may_send = False
+        self.end_error = error
+        self.outbox.clear()
+        for record in list(self.streams.values()):
+            if record.broken is None:
+                self._break(record, Broken.LOST, _LOST)
+        self.arrived = self.slot_freed = True
+
+    # -- bookkeeping --------------------------------------------------------------------------
+
+    def _apply(self, record: StreamRecord, event: StreamEvent) -> Verdict:
+        record.state, verdict = transition(record.state, event)
+        return verdict
+
+    def _break(self, record: StreamRecord, why: Broken, how: Direction) -> None:
+        """``record`` broke in both directions (``how``: RESET or LOST)."""
+        record.broken = why
+        record.sending = end_direction(record.sending, how)
+        record.receiving = end_direction(record.receiving, how)
+        self._changed(record)
+
+    def _changed(self, record: StreamRecord) -> None:
+        """After a change of ``record``'s state: wake whoever must look again, and let
+        the stream go once it needs no more frames."""
+        record.refresh()
+        if record.waiter is not None:
+            self.woken.append(record)
+        self.changed = True
+        if (record.state in FINISHED_STATES or record.broken is not None) and self._forget(record):
+            self._release_slot(record)
+
+    def _forget(self, record: StreamRecord) -> bool:
+        """Drop ``record`` from the table, keeping its key as a tombstone; True if it
+        was there."""
+        if self.streams.pop(record.key, None) is None:
+            return False
+        self._remember(record.key)
+        if not record.is_initiator:
+            self.inbound -= 1
+        return True
+
+    def _release_slot(self, record: StreamRecord) -> None:
+        """Our ``record`` stops counting against ``max_outbound_streams``."""
+        if record.key in self.slots:
+            self.slots.discard(record.key)
+            self.slot_freed = True
+
+    def _remember(self, key: int) -> None:
+        """Keep ``key`` as a tombstone: late frames for it are expected, not abuse."""
+        tombstones = self._tombstones
+        tombstones[key] = None
+        if len(tombstones) > self.tombstone_limit:
+            tombstones.popitem(last=False)
+
+    def _discard(self, record: StreamRecord) -> int:
+        """Drop ``record``'s unread data; how much there was."""
+        dropped = record.unread.discard()
+        if dropped:
+            self.unread.total -= dropped
+            self.unread.overfull.discard(record)
+            self.released = True
+        return dropped
+
+    def _send_reset(self, record: StreamRecord) -> None:
+        if self._apply(record, StreamEvent.SEND_RESET) is _OK:
+            self._control(record.id, record.flag(Flag.RESET_INITIATOR))
+
+    def _control(self, stream_id: int, flag: Flag, body: bytes = b"") -> None:
+        """Queue a control frame, unless nothing may be sent any more."""
+        if not self.may_send:
+            return
+        if flag >= Flag.RESET_RECEIVER:
+            self.counters.resets_sent += 1
+        self.outbox.append_control(self.encoder.frame(stream_id, flag, body))
+        self.control_queued += 1

@@ -1,0 +1,100 @@
+"""One stream's protocol state (sans-IO): ``StreamRecord``.
+
+The engine keeps a record per stream in its table.  A record knows the stream's state
+on the wire (``StreamState``), what the program may still do in each direction
+(``Direction``), why it broke if it did (``Broken``), and the data received and not
+read yet.  The trio layer's ``MplexStream`` is a handle on a record; a record never
+refers to its handle, so the two never form a cycle.
+"""
+
+from __future__ import annotations
+
+import enum
+
+from .states import Direction, StreamState
+from .unread import ReceiveBuffer
+from .wire import Flag
+
+__all__ = ["Broken", "StreamRecord"]
+
+
+class Broken(enum.Enum):
+    """Why a stream broke in both directions."""
+
+    #: The peer sent Reset.
+    PEER_RESET = "peer-reset"
+    #: The slow-reader policy (or nobody accepting it) reset it here.
+    POLICY_RESET = "policy-reset"
+    #: The connection ended under it (the engine's ``end_error`` says why).
+    LOST = "lost"
+
+
+_OPEN = Direction.OPEN
+
+
+class StreamRecord:
+    """The engine's record of one stream (its fields are the engine's to change; the
+    trio layer reads them, and parks a waiting receiver in ``waiter``)."""
+
+    __slots__ = (
+        "broken",
+        "can_receive",
+        "can_send",
+        "data_flag",
+        "id",
+        "is_initiator",
+        "key",
+        "last_delivery",
+        "name",
+        "receiving",
+        "sending",
+        "state",
+        "unread",
+        "waiter",
+    )
+
+    def __init__(self, stream_id: int, name: bytes, *, is_initiator: bool) -> None:
+        #: The stream number (each side numbers the streams it opens from 0).
+        self.id = stream_id
+        #: True if this side opened the stream.
+        self.is_initiator = is_initiator
+        #: Unique within the connection: ``id << 1 | is_initiator``.
+        self.key = stream_id << 1 | is_initiator
+        #: The name from the NewStream frame (ours, or the peer's cut to the limit).
+        self.name = name
+        #: The stream on the wire: which control frames have passed.
+        self.state = StreamState.OPEN
+        #: What the program may do in each direction (see ``Direction``).
+        self.sending = _OPEN
+        self.receiving = _OPEN
+        #: ``sending``/``receiving`` is OPEN (read on every send and every frame).
+        self.can_send = True
+        self.can_receive = True
+        #: Why the stream broke, or None.
+        self.broken: Broken | None = None
+        #: Received bytes nobody has read yet.
+        self.unread = ReceiveBuffer()
+        #: Bytes of the last Message frame delivered (a bulk transfer delivers large ones).
+        self.last_delivery = 0
+        #: The flag of the Message frames this side sends on the stream.
+        self.data_flag = Flag.MESSAGE_INITIATOR if is_initiator else Flag.MESSAGE_RECEIVER
+        #: The trio layer's task waiting in ``receive_some`` for this stream, or None.
+        self.waiter: object | None = None
+
+    def flag(self, initiator_flag: Flag) -> Flag:
+        """The flag this side sends: the initiator's (even) one, or the receiver's."""
+        return initiator_flag if self.is_initiator else Flag(initiator_flag - 1)
+
+    def refresh(self) -> None:
+        """After ``sending`` or ``receiving`` changed: the quick flags follow."""
+        self.can_send = self.sending is _OPEN
+        self.can_receive = self.receiving is _OPEN
+
+    @property
+    def closed(self) -> bool:
+        """Neither direction can carry more data."""
+        return not self.can_send and not self.can_receive
+
+    def __repr__(self) -> str:
+        side = "ours" if self.is_initiator else "theirs"
+        return f"<StreamRecord {self.id} ({side}) {self.state.value}>"

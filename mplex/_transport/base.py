@@ -1,0 +1,117 @@
+"""The interface every transport implements (see the package docstring)."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import trio
+
+__all__ = ["READ_SIZE", "Transport"]
+
+#: Bytes requested per transport read.  Large enough that thousands of small frames
+#: are decoded per wake-up, small enough to keep the unparsed input bounded.
+READ_SIZE = 256 * 1024
+
+
+class Transport:
+    """What the reader and the writer need of the wire; subclasses say how."""
+
+    #: ``"socket"`` or ``"generic"`` (``Muxer.uses_socket_fast_path``).
+    kind = "generic"
+    #: True where ``write_nowait`` and ``writev_nowait`` work: a sending task may then
+    #: write on the writer's behalf.
+    writes_without_waiting = False
+    #: Most buffers one ``writev_nowait`` takes.
+    max_buffers = 1
+
+    def __init__(self) -> None:
+        #: True where a receiving task may borrow the read turn.
+        self.lends = True
+        #: The stream record whose receiving task holds the read turn, or None.
+        self.borrower: object | None = None
+        #: That record again, while its task waits on the transport.
+        self.borrower_waiting: object | None = None
+        #: True while the reader task waits on the transport.
+        self.reader_waiting = False
+        #: True after a read that did not wait: the reader yields once before the
+        #: next, as trio's own ``receive_some`` does, so a flood cannot starve others.
+        self.yield_due = False
+        self._reader_parked: trio.lowlevel.Task | None = None
+
+    # -- reading ------------------------------------------------------------------------
+
+    async def prepare(self) -> None:
+        """Before the first read (a TLS handshake, say)."""
+
+    def reading(self) -> contextlib.AbstractContextManager[Any]:
+        """The context of the reader's reads until it is next moved aside."""
+        return contextlib.nullcontext()
+
+    async def read(self) -> bytes | bytearray | None:
+        """One read by the reader task: the bytes (``b""`` at the end of input), or None
+        when there was nothing, or the reader was moved aside (it looks again)."""
+        raise NotImplementedError
+
+    async def borrow_read(
+        self, record: object, still_wanted: Callable[[], bool]
+    ) -> tuple[bytes | bytearray | None, bool]:
+        """One read in a receiving task that took the turn (``borrower`` is set): the
+        bytes or None, and whether it waited.  ``still_wanted()`` says, after a wait,
+        whether the task still wants to read (its stream may have data by then)."""
+        raise NotImplementedError
+
+    # -- writing ------------------------------------------------------------------------
+
+    async def send_all(self, data: bytearray) -> None:
+        """The writer task's write of ``data`` (whole)."""
+        raise NotImplementedError
+
+    def writer_send_all(self) -> Callable[[bytearray], Awaitable[None]]:
+        """``send_all`` as the writer task calls it (a transport may hand out the
+        underlying stream's own method, saving a call per write)."""
+        return self.send_all
+
+    def write_nowait(self, data: bytearray) -> int:
+        """Write what the kernel takes of ``data`` now, without waiting; how much (only
+        where ``writes_without_waiting``).  Never raises: a failure is the writer's to
+        find."""
+        raise NotImplementedError
+
+    def writev_nowait(self, parts: list[Any]) -> int:
+        """Like ``write_nowait``, for at most ``max_buffers`` buffers."""
+        raise NotImplementedError
+
+    # -- the read turn ------------------------------------------------------------------
+
+    def move_reader_aside(self) -> None:
+        """Make the reader task leave its wait on the transport (it looks again)."""
+        raise NotImplementedError
+
+    def wake_borrower(self) -> None:
+        """Make the borrowing task leave its wait on the transport (it looks again)."""
+        raise NotImplementedError
+
+    async def park_reader(self) -> None:
+        """Park the reader task until the borrowing task gives the read turn back."""
+        self._reader_parked = trio.lowlevel.current_task()
+
+        def abort(_: object) -> trio.lowlevel.Abort:
+            self._reader_parked = None
+            return trio.lowlevel.Abort.SUCCEEDED
+
+        await trio.lowlevel.wait_task_rescheduled(abort)
+
+    def give_turn_back(self) -> None:
+        """The borrowing task is done with the read turn: the reader task takes over."""
+        self.borrower = None
+        if self._reader_parked is not None:
+            # Not a ParkingLot: this wake-up is on the path from a received request to
+            # its reply, and rescheduling the one task costs less.
+            trio.lowlevel.reschedule(self._reader_parked)
+            self._reader_parked = None
+
+    async def after_lending(self, flush_delay: float) -> None:
+        """What the reader does when the turn comes back, before it reads again."""
+        await trio.lowlevel.cancel_shielded_checkpoint()
