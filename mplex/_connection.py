@@ -201,7 +201,7 @@ class Connection:
             self.life.check_usable()
             if not outbox.has_room:
                 await self.writer.wait_for_room()  # NewStream is queued like data
-            elif engine.slot_free:
+            elif engine.table.slot_free:
                 break
             else:
                 await self._slot_lot.park()
@@ -322,8 +322,8 @@ class Connection:
             bytes_sent=self.outbox.bytes_sent,
             frames_received=engine.decoder.frames_decoded,
             reader_blocked_seconds=self.throttle.blocked_for(),
-            inbound_streams=engine.inbound,
-            outbound_streams=len(engine.slots),
+            inbound_streams=engine.table.inbound,
+            outbound_streams=len(engine.table.slots),
             streams_waiting=len(engine.backlog),
             unread_bytes=engine.unread.total,
             queued_bytes=len(self.outbox.buffer),

@@ -45,9 +45,9 @@ from ._arguments import checked_config, checked_transport, require_trio
 from ._connection import Connection
 from ._endings import ConnectionLost, EndReason, MuxerClosed
 from ._engine.config import Config
-from ._engine.engine import name_bytes
 from ._engine.states import ConnectionState
 from ._engine.stats import MuxerStats
+from ._engine.wire import name_bytes
 from ._stream import MplexStream
 from ._unwrapping import unwrapped
 

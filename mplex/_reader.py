@@ -175,27 +175,22 @@ class Reader:
             return False
         if self._linger_scope is not None:
             self.input_progressed()
-        engine = self._engine
-        engine.tracing = tracing = logger.isEnabledFor(logging.DEBUG)  # one check per read
-        try:
-            engine.receive(data, trio.current_time())
-        except ProtocolError as exc:
-            conn.settle()
-            self._broken(conn, exc)
-            return False
-        finally:
-            if tracing:
-                self._log.trace("recv", engine.traced)
-                engine.traced.clear()
-        conn.settle()
-        return True
+        return self._feed(conn, data)
 
     def _resume(self, conn: ReaderHost) -> bool:
         """The next part of an input that held more than ``Config.frames_per_yield``."""
+        return self._feed(conn, None)
+
+    def _feed(self, conn: ReaderHost, data: bytes | bytearray | None) -> bool:
+        """``data`` (None: the rest of the last input) to the engine, then the
+        connection acts on what changed; False if the peer broke the protocol."""
         engine = self._engine
-        engine.tracing = tracing = logger.isEnabledFor(logging.DEBUG)
+        engine.tracing = tracing = logger.isEnabledFor(logging.DEBUG)  # one check per read
         try:
-            engine.resume(trio.current_time())
+            if data is None:
+                engine.resume(trio.current_time())
+            else:
+                engine.receive(data, trio.current_time())
         except ProtocolError as exc:
             conn.settle()
             self._broken(conn, exc)

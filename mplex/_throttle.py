@@ -85,7 +85,7 @@ class ReaderThrottle:
         """True if only streams nobody has accepted keep the reader from reading, and
         no task is in ``accept_stream`` to take them."""
         engine, account = self._engine, self._account
-        if self.acceptors or any(not engine.unaccepted(r) for r in account.overfull):
+        if self.acceptors or any(not engine.table.unaccepted(r) for r in account.overfull):
             return False
         if account.total > account.max_connection:
             waiting = sum(r.unread.size for r in engine.backlog)
@@ -96,7 +96,7 @@ class ReaderThrottle:
         """Reset the unaccepted streams over their limit, then, while the connection is
         over its budget, the unaccepted stream holding the most."""
         engine, account = self._engine, self._account
-        for record in [r for r in account.overfull if engine.unaccepted(r)]:
+        for record in [r for r in account.overfull if engine.table.unaccepted(r)]:
             engine.reset_by_policy(record)
         while account.total > account.max_connection:
             holding = [r for r in engine.backlog if r.unread.size]

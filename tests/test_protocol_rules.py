@@ -62,7 +62,7 @@ class TestOpening:
 
     def test_ids_stop_at_two_to_the_sixty(self) -> None:
         engine = Engine(Config())
-        engine.next_id = (1 << 60) - 1
+        engine.table.next_id = (1 << 60) - 1
         assert engine.open(None).id == (1 << 60) - 1
         with pytest.raises(MplexError, match=r"2\*\*60"):
             engine.open(None)
@@ -162,9 +162,9 @@ class TestLimits:
     def test_our_slot_frees_when_we_close_not_only_when_the_stream_finishes(self) -> None:
         engine = Engine(Config(max_outbound_streams=1))
         record = engine.open(None)
-        assert not engine.slot_free
+        assert not engine.table.slot_free
         engine.close(record)
-        assert engine.slot_free and engine.slot_freed
+        assert engine.table.slot_free and engine.slot_freed
         assert record.key in engine.streams  # the peer's half is still open
 
     def test_inbound_beyond_the_limit_or_the_backlog_is_refused(self) -> None:
@@ -208,7 +208,7 @@ class TestBudgets:
 
     def test_the_tombstone_limit_covers_every_stream_both_sides_may_have_open_twice(self) -> None:
         config = Config(max_inbound_streams=5000, max_outbound_streams=3000)
-        assert Engine(config).tombstone_limit == 16_000
+        assert Engine(config).table.tombstone_limit == 16_000
 
 
 class TestWorkPerInput:

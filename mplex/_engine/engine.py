@@ -16,24 +16,20 @@ opener, so it names a stream the peer opened; an odd flag names one we opened.
 
 from __future__ import annotations
 
-from collections import OrderedDict, deque
-
 from .budget import SlidingBudget
 from .config import Config
 from .decoder import Decoder, RawFrame
-from .errors import MplexError, ProtocolError
+from .errors import ProtocolError
 from .outbox import Outbox
 from .record import Broken, StreamRecord
 from .states import FINISHED_STATES, Direction, StreamEvent, StreamState, Verdict, end_direction, transition
 from .stats import Counters
+from .table import StreamTable
 from .unread import UnreadAccount
-from .wire import MAX_STREAM_ID, Encoder, Flag
+from .wire import Encoder, Flag
 
-__all__ = ["Engine", "name_bytes"]
+__all__ = ["Engine"]
 
-#: Finished stream keys remembered, so late frames for them are recognised as such
-#: (at least; see ``Engine.tombstone_limit``).
-_TOMBSTONES = 4096
 _NEW_STREAM = int(Flag.NEW_STREAM)
 _MESSAGE_INITIATOR = int(Flag.MESSAGE_INITIATOR)
 _RESET_RECEIVER = int(Flag.RESET_RECEIVER)
@@ -47,26 +43,6 @@ _OPEN, _ENDED, _RESET, _LOST, _CLOSED = (
 )
 #: States whose direction from the peer is still open on the wire.
 _RECEIVABLE = frozenset({StreamState.OPEN, StreamState.LOCAL_CLOSED})
-
-
-def name_bytes(name: str | bytes | None, limit: int) -> bytes | None:
-    """A stream name as ``open_stream`` takes it, as the bytes to send (None: the
-    default); a wrong type, or a name over ``limit`` bytes, raises before anything is
-    taken or sent."""
-    if name is None:
-        return None
-    if isinstance(name, str):
-        raw = name.encode()
-    elif isinstance(name, bytes):
-        raw = bytes(name)
-    else:
-        raise TypeError(f"a stream name is str, bytes or None, not {type(name).__name__}")
-    if len(raw) > limit:
-        raise ValueError(
-            f"a stream name may have at most {limit} bytes (Config.max_stream_name_size, "
-            f"within one frame of Config.max_send_frame_size); this one has {len(raw)}"
-        )
-    return raw
 
 
 class Engine:
@@ -88,21 +64,11 @@ class Engine:
             config.max_stream_buffer, config.max_connection_buffer
         )
         self.counters = Counters()
-        #: Live streams by key.
-        self.streams: dict[int, StreamRecord] = {}
-        #: The id our next stream gets.
-        self.next_id = 0
-        #: Keys of our streams that hold a ``max_outbound_streams`` slot.
-        self.slots: set[int] = set()
-        #: Streams the peer opened that are still in the table.
-        self.inbound = 0
-        #: Inbound streams waiting to be accepted, oldest first.
-        self.backlog: deque[StreamRecord] = deque()
-        # Enough to remember every stream both sides may have open, twice over: a batch
-        # reset of all of them must not make their in-flight frames "unknown".
-        both_ways = config.max_inbound_streams + config.max_outbound_streams
-        self.tombstone_limit = max(_TOMBSTONES, 2 * both_ways)
-        self._tombstones: OrderedDict[int, None] = OrderedDict()
+        #: Which streams exist: ids, slots, backlog, tombstones.
+        self.table = table = StreamTable(config.max_inbound_streams, config.max_outbound_streams)
+        #: Live streams by key, and those waiting to be accepted (the table's own).
+        self.streams = table.streams
+        self.backlog = table.backlog
         window = config.abuse_window
 
         def budget(name: str) -> SlidingBudget:
@@ -244,8 +210,7 @@ class Engine:
         ``ignored_budget``, so a peer cannot flood a stream, finished or not, for
         free.  Frames for a stream that never existed are spent from ``unknown_budget``."""
         self.counters.frames_dropped += 1
-        key = (header >> 3) << 1 | (header & 1)
-        if record is not None or (key & 1 and header >> 3 < self.next_id) or key in self._tombstones:
+        if record is not None or self.table.finished(header):
             self._spend(self.ignored_budget, now)
         else:
             self._spend(self.unknown_budget, now)
@@ -257,21 +222,18 @@ class Engine:
         key = stream_id << 1
         if key in self.streams:
             raise ProtocolError(f"NewStream for stream {stream_id}, which the peer already has open")
-        config = self.config
-        if self.inbound >= config.max_inbound_streams or len(self.backlog) >= config.accept_backlog:
+        config, table = self.config, self.table
+        if table.inbound >= config.max_inbound_streams or len(table.backlog) >= config.accept_backlog:
             self._spend(self.refused_budget, now)
-            self._remember(key)
+            table.remember(key)
             self.counters.streams_refused += 1
             self._control(stream_id, Flag.RESET_RECEIVER)
             return
-        self._tombstones.pop(key, None)
         record = StreamRecord(stream_id, name[: config.max_stream_name_size], is_initiator=False)
         if not self.may_send:
             record.sending = _LOST
             record.refresh()
-        self.streams[key] = record
-        self.inbound += 1
-        self.backlog.append(record)
+        table.add_theirs(record)
         self.arrived = True
 
     def _spend(self, budget: SlidingBudget, now: float) -> None:
@@ -284,23 +246,14 @@ class Engine:
 
     # -- the program's actions --------------------------------------------------------------
 
-    @property
-    def slot_free(self) -> bool:
-        """True if another stream of ours may open now."""
-        return len(self.slots) < self.config.max_outbound_streams
-
     def open(self, name: bytes | None) -> StreamRecord:
         """A new stream of ours (its NewStream queued); the caller made sure a slot is
         free and the outbox has room.  ``MplexError`` once every id is used."""
-        stream_id = self.next_id
-        if stream_id > MAX_STREAM_ID:
-            raise MplexError("all 2**60 stream ids of this connection are used up")
-        self.next_id = stream_id + 1
+        stream_id = self.table.take_id()
         if name is None:
             name = str(stream_id).encode()
         record = StreamRecord(stream_id, name, is_initiator=True)
-        self.streams[record.key] = record
-        self.slots.add(record.key)
+        self.table.add_ours(record)
         self.counters.streams_opened += 1
         self._control(stream_id, Flag.NEW_STREAM, name)
         return record
@@ -358,7 +311,7 @@ class Engine:
         """Give up on a slow (or never accepted) stream: free its unread data, reset
         it, and take it out of the backlog.  False if it had finished already."""
         self._discard(record)
-        if self.unaccepted(record):
+        if self.table.unaccepted(record):
             self.backlog.remove(record)  # nobody wants a stream reset unseen
         if self._apply(record, StreamEvent.SEND_RESET) is not _OK:
             return False
@@ -366,10 +319,6 @@ class Engine:
         self.counters.streams_reset_by_policy += 1
         self._break(record, Broken.POLICY_RESET, _RESET)
         return True
-
-    def unaccepted(self, record: StreamRecord) -> bool:
-        """True if ``record`` waits in the backlog."""
-        return not record.is_initiator and record in self.backlog
 
     def stop_sending(self, error: object) -> None:
         """Nothing more may be queued (the connection is closing, or a write failed):
@@ -413,31 +362,13 @@ class Engine:
         if record.waiter is not None:
             self.woken.append(record)
         self.changed = True
-        if (record.state in FINISHED_STATES or record.broken is not None) and self._forget(record):
+        if (record.state in FINISHED_STATES or record.broken is not None) and self.table.forget(record):
             self._release_slot(record)
-
-    def _forget(self, record: StreamRecord) -> bool:
-        """Drop ``record`` from the table, keeping its key as a tombstone; True if it
-        was there."""
-        if self.streams.pop(record.key, None) is None:
-            return False
-        self._remember(record.key)
-        if not record.is_initiator:
-            self.inbound -= 1
-        return True
 
     def _release_slot(self, record: StreamRecord) -> None:
         """Our ``record`` stops counting against ``max_outbound_streams``."""
-        if record.key in self.slots:
-            self.slots.discard(record.key)
+        if self.table.release_slot(record):
             self.slot_freed = True
-
-    def _remember(self, key: int) -> None:
-        """Keep ``key`` as a tombstone: late frames for it are expected, not abuse."""
-        tombstones = self._tombstones
-        tombstones[key] = None
-        if len(tombstones) > self.tombstone_limit:
-            tombstones.popitem(last=False)
 
     def _discard(self, record: StreamRecord) -> int:
         """Drop ``record``'s unread data; how much there was."""

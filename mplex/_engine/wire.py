@@ -23,6 +23,7 @@ __all__ = [
     "Encoder",
     "Flag",
     "Frame",
+    "name_bytes",
 ]
 
 # --- libp2p mplex spec, "Protocol" and "Message format" -------------------------------
@@ -136,3 +137,23 @@ class Encoder:
         size = self.frame_size
         for start in range(0, len(view), size):
             yield self.frame(stream_id, flag, view[start : start + size])
+
+
+def name_bytes(name: str | bytes | None, limit: int) -> bytes | None:
+    """A stream name as ``open_stream`` takes it, as the bytes to send (None: the
+    default); a wrong type, or a name over ``limit`` bytes, raises before anything is
+    taken or sent."""
+    if name is None:
+        return None
+    if isinstance(name, str):
+        raw = name.encode()
+    elif isinstance(name, bytes):
+        raw = bytes(name)
+    else:
+        raise TypeError(f"a stream name is str, bytes or None, not {type(name).__name__}")
+    if len(raw) > limit:
+        raise ValueError(
+            f"a stream name may have at most {limit} bytes (Config.max_stream_name_size, "
+            f"within one frame of Config.max_send_frame_size); this one has {len(raw)}"
+        )
+    return raw

@@ -1,6 +1,6 @@
-"""The transport seam: the socket fast path is chosen at construction and can be
-switched off; the generic path carries the same bytes; importing costs no trio and
-touches no allocator until a muxer starts."""
+"""How a muxer is built and what importing costs: the socket fast path is chosen at
+construction and can be switched off; the generic path carries the same bytes;
+importing costs no trio and touches no allocator until a muxer starts."""
 
 from __future__ import annotations
 

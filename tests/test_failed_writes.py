@@ -1,0 +1,179 @@
+"""A failed write ends only the send side: the writer task, the only one that writes,
+reports it with the transport's error as the cause, and the reader still delivers what
+the peer had sent before it hung up, then the reason."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import pytest
+import trio
+import trio.testing
+
+import mplex
+from tests.helpers import (
+    PlainStream,
+    RawPeer,
+    memory_transport,
+    read_all,
+    tcp_streams,
+    tls_contexts,
+)
+
+
+@contextlib.asynccontextmanager
+async def sockets_with_room() -> Any:
+    """Loopback TCP whose kernel buffers hold a whole test payload, so that what one
+    end sent before it hung up is all in the other end's kernel."""
+    a, b = await tcp_streams(buffer_size=1 << 20)
+    try:
+        yield a, b
+    finally:
+        await trio.aclose_forcefully(a)
+        await trio.aclose_forcefully(b)
+
+
+@contextlib.asynccontextmanager
+async def generic_sockets_with_room() -> Any:
+    async with sockets_with_room() as (a, b):
+        yield PlainStream(a), PlainStream(b)
+
+
+@contextlib.asynccontextmanager
+async def tls_with_room() -> Any:
+    client_context, server_context = tls_contexts()
+    async with sockets_with_room() as (a, b):
+        yield (
+            trio.SSLStream(a, client_context, server_hostname="127.0.0.1"),
+            trio.SSLStream(b, server_context, server_side=True),
+        )
+
+
+@contextlib.asynccontextmanager
+async def hung_up_after_sending(
+    transport: Callable[[], Any], payload: bytes
+) -> AsyncIterator[tuple[mplex.Muxer, mplex.MplexStream]]:
+    """Yield (a server muxer, its stream) after the client sent ``payload`` and EOF on
+    the stream and hung up.  The server has read the first 1000 bytes and holds
+    little, so most of the payload is still in the transport."""
+    holds_little = mplex.Config(max_stream_buffer=32768, max_connection_buffer=65536)
+    async with transport() as (a, b), mplex.open_muxer(b, holds_little) as server:
+        async with mplex.open_muxer(a) as client:
+            out = await client.open_stream()
+            await out.send_all(payload[:1000])
+            stream = await server.accept_stream()
+            assert await stream.receive_some(1000) == payload[:1000]
+            await out.send_all(payload[1000:])
+            await out.send_eof()
+        yield server, stream
+
+
+async def reply_until_it_fails(stream: mplex.MplexStream) -> mplex.ConnectionLost:
+    with trio.fail_after(10), pytest.raises(mplex.ConnectionLost) as sending:
+        while True:
+            await stream.send_all(b"reply")
+            await trio.lowlevel.checkpoint()
+    return sending.value
+
+
+
+class TestAFailedWriteEndsOnlyTheSendSide:
+    """ "Send everything, then hang up": the far end's replies fail, yet everything the
+    transport still delivers reaches its streams, and then the reason."""
+
+    @pytest.mark.parametrize(
+        "transport",
+        [memory_transport, sockets_with_room, generic_sockets_with_room],
+        ids=["memory", "tcp", "tcp-generic"],
+    )
+    async def test_what_the_peer_sent_before_hanging_up_is_delivered(
+        self, transport: Callable[[], Any]
+    ) -> None:
+        payload = bytes(range(256)) * 2048  # 512 KiB
+        async with hung_up_after_sending(transport, payload) as (server, stream):
+            error = await reply_until_it_fails(stream)
+            assert error.reason is mplex.EndReason.TRANSPORT_FAILED
+            with trio.fail_after(10):
+                assert await read_all(stream) == payload[1000:]
+                async for _ in server:
+                    pass
+            assert server.end_reason is mplex.EndReason.TRANSPORT_FAILED
+            assert "sending" in str(server.end_error)
+
+    async def test_a_program_that_reads_slowly_after_a_failed_write_still_gets_everything(
+        self, mock_clock: trio.testing.MockClock
+    ) -> None:
+        mock_clock.autojump_threshold = 0
+        payload = bytes(range(256)) * 2048
+        async with hung_up_after_sending(memory_transport, payload) as (server, stream):
+            await reply_until_it_fails(stream)
+            # Our own full buffers hold the reader up: that wait is not the input's silence.
+            await trio.sleep(3 * server.config.close_timeout)
+            assert await read_all(stream) == payload[1000:]
+            async for _ in server:
+                pass
+            assert server.end_reason is mplex.EndReason.TRANSPORT_FAILED
+
+    async def test_over_tls_what_the_transport_still_delivers_arrives_then_the_reason(self) -> None:
+        # trio's SSLStream breaks both directions on any failure, so less may arrive.
+        payload = bytes(range(256)) * 2048
+        async with hung_up_after_sending(tls_with_room, payload) as (server, stream):
+            await reply_until_it_fails(stream)
+            received = bytearray()
+            with trio.fail_after(10), pytest.raises(mplex.ConnectionLost):
+                while data := await stream.receive_some():
+                    received += data
+            assert payload[1000:].startswith(bytes(received))
+            assert server.end_reason is mplex.EndReason.TRANSPORT_FAILED
+
+    async def test_a_transport_that_fails_writes_and_never_ends_input_is_ended_after_close_timeout(
+        self, mock_clock: trio.testing.MockClock
+    ) -> None:
+        mock_clock.autojump_threshold = 0
+        a, _b = trio.testing.memory_stream_pair()
+
+        async def fail() -> None:
+            raise trio.BrokenResourceError("cable cut")
+
+        a.send_stream.send_all_hook = fail
+        async with mplex.open_muxer(a, mplex.Config(close_timeout=3)) as muxer:
+            stream = await muxer.open_stream()
+            await stream.send_all(b"x")
+            started = trio.current_time()
+            with pytest.raises(mplex.ConnectionLost) as info:
+                await stream.receive_some()
+            assert str(info.value.__cause__) == "cable cut"
+            assert 3 <= trio.current_time() - started < 4
+
+
+class FailingStream(PlainStream):
+    """A transport whose writes fail once ``failure`` is set."""
+
+    def __init__(self, inner: trio.abc.Stream) -> None:
+        super().__init__(inner)
+        self.failure: Exception | None = None
+
+    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+        if self.failure is not None:
+            await trio.lowlevel.checkpoint()
+            raise self.failure
+        await self.inner.send_all(data)
+
+
+async def test_a_failed_write_ends_the_send_side_with_its_cause() -> None:
+    a, b = trio.testing.memory_stream_pair()
+    transport = FailingStream(a)
+    peer = RawPeer(b)
+    async with mplex.open_muxer(transport) as muxer:
+        stream = await muxer.open_stream()
+        assert len(await peer.receive_frames(1)) == 1
+        transport.failure = OSError("the wire is cut")
+        await stream.send_all(b"lost")  # queued, and written by the writer: it fails
+        await trio.testing.wait_all_tasks_blocked()
+        with pytest.raises(mplex.ConnectionLost) as info:
+            await stream.send_all(b"after")
+        assert info.value.__cause__ is transport.failure
+        with pytest.raises(mplex.ConnectionLost):
+            await muxer.open_stream()
