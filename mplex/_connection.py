@@ -75,11 +75,8 @@ class Connection:
         self._accept_lot = trio.lowlevel.ParkingLot()
         self._slot_lot = trio.lowlevel.ParkingLot()
         self._run_scope: trio.CancelScope | None = None
-
-    @property
-    def running(self) -> bool:
-        """True until the connection ends."""
-        return self.life.running
+        #: True until the connection ends (``life.running``, read on every read).
+        self.running = True
 
     # -- acting on the engine ---------------------------------------------------------------
 
@@ -267,6 +264,7 @@ class Connection:
         waiting task, stop the reader and the writer."""
         if not self.life.end(error, cause=cause, final_state=final_state):
             return
+        self.running = False
         self.engine.end(error)
         self.writer.stop()
         self.throttle.wake()

@@ -73,9 +73,8 @@ class StreamHost(Protocol):
 class ReaderHost(Protocol):
     """The calls the reader makes on its connection."""
 
-    @property
-    def running(self) -> bool:
-        """True until the connection ends."""
+    #: True until the connection ends.
+    running: bool
 
     def settle(self) -> None:
         """Act on what the engine's last input changed: wake whoever must look again."""

@@ -170,6 +170,8 @@ class Reader:
         connection has ended (``b""`` is the end of the input)."""
         if not conn.running:
             return False
+        if self._linger_scope is None and self._engine.absorb(data):
+            return True  # the middle of a large frame: nothing to dispatch, nobody to wake
         if not data:
             self._input_ended(conn)
             return False

@@ -265,27 +265,19 @@ async def test_while_any_stream_has_unread_data_receivers_leave_reading_to_the_r
         assert await unread.receive_some() == b"not read yet"
 
 
-async def test_over_a_transport_not_known_to_be_cancel_safe_only_the_reader_reads() -> None:
-    # tcp-generic wraps the socket in a stream of its own: nothing says that cancelling
-    # its receive_some loses nothing, so no receiving task may be moved out of one.
-    async with muxer_with_raw_peer("tcp-generic") as (muxer, peer):
-        stream = await peer_opened_stream(muxer, peer, 0)
-        got = []
-
-        async def receive() -> None:
-            got.append(await stream.receive_some())
-
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(receive)
-            await trio.testing.wait_all_tasks_blocked()
-            assert (muxer.stats.reader, muxer.stats.reader_lent_to) == ("waiting", None)
-            await peer.send(frame(0, Flag.MESSAGE_INITIATOR, b"via the reader"))
-        assert got == [b"via the reader"]
-
-
-async def test_over_tls_the_reader_task_alone_reads() -> None:
-    async with muxer_with_raw_peer("tls") as (muxer, peer):
-        stream = await peer_opened_stream(muxer, peer, 0)  # the handshake is done
+@pytest.mark.parametrize(
+    "transport",
+    [
+        # tcp-generic wraps the socket in a stream of its own: nothing says that
+        # cancelling its receive_some loses nothing, so nobody may be moved out of one.
+        "tcp-generic",
+        # TLS: safe once the handshake is done, but lending does not pay there.
+        "tls",
+    ],
+)
+async def test_where_the_turn_is_not_lent_the_reader_task_alone_reads(transport: str) -> None:
+    async with muxer_with_raw_peer(transport) as (muxer, peer):
+        stream = await peer_opened_stream(muxer, peer, 0)  # (a TLS handshake is done)
         got = []
 
         async def receive() -> None:

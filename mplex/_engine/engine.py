@@ -109,13 +109,23 @@ class Engine:
         """True while part of the last input waits for ``resume`` (``frames_per_yield``)."""
         return self.decoder.pending
 
+    def absorb(self, data: bytes | bytearray) -> bool:
+        """Keep ``data`` if it only continues the body of the frame in progress without
+        completing it (the cheap path for the middle of a large frame, which a bulk
+        transfer over TLS delivers a record at a time); True if it did, and nothing
+        else needs doing."""
+        if self.decoder.absorb(data):
+            self.counters.bytes_received += len(data)
+            return True
+        return False
+
     def receive(self, data: bytes | bytearray, now: float) -> None:
         """Take what the transport delivered (not its end: see ``input_cut``).  Raises
         ``ProtocolError`` when it breaks the protocol or a budget, after acting on the
         frames before the offending one."""
+        if self.absorb(data):
+            return
         self.counters.bytes_received += len(data)
-        if self.decoder.absorb(data):
-            return  # the middle of a large frame's body
         decoder = self.decoder
         while decoder.pending:  # the rest of an earlier input comes first
             self._decoded(decoder.resume_raw(), now)
