@@ -38,6 +38,10 @@ class Transport:
         #: True after a read that did not wait: the reader yields once before the
         #: next, as trio's own ``receive_some`` does, so a flood cannot starve others.
         self.yield_due = False
+        #: One read by the reader task: the bytes (``b""`` at the end of input), or None
+        #: when there was nothing, or the reader was moved aside (it looks again).  An
+        #: attribute, so that a transport can hand out the underlying call as it is.
+        self.read: Callable[[], Awaitable[bytes | bytearray | None]] = self._read
         self._reader_parked: trio.lowlevel.Task | None = None
 
     # -- reading ------------------------------------------------------------------------
@@ -49,9 +53,7 @@ class Transport:
         """The context of the reader's reads until it is next moved aside."""
         return contextlib.nullcontext()
 
-    async def read(self) -> bytes | bytearray | None:
-        """One read by the reader task: the bytes (``b""`` at the end of input), or None
-        when there was nothing, or the reader was moved aside (it looks again)."""
+    async def _read(self) -> bytes | bytearray | None:
         raise NotImplementedError
 
     async def borrow_read(

@@ -19,6 +19,7 @@ than the borrower's direct wake-up saves.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Awaitable, Callable
 
 import trio
@@ -50,6 +51,10 @@ class GenericTransport(Transport):
         self._receive_some = stream.receive_some
         self._send_all = stream.send_all
         self.lends = cancel_safe_receive(stream) and not isinstance(stream, trio.SSLStream)
+        if not self.lends:
+            # Nobody borrows the turn, so nobody needs to know when the reader waits:
+            # the reader awaits the stream's own receive_some, one coroutine fewer a read.
+            self.read = functools.partial(self._receive_some, READ_SIZE)
         self._reader_scope: trio.CancelScope | None = None
         self._borrower_scope: trio.CancelScope | None = None
         self._reader_out = trio.lowlevel.ParkingLot()
@@ -72,7 +77,7 @@ class GenericTransport(Transport):
         self._reader_scope = trio.CancelScope()
         return self._reader_scope
 
-    async def read(self) -> bytes | bytearray | None:
+    async def _read(self) -> bytes | bytearray | None:
         self.reader_waiting = True
         try:
             return await self._receive_some(READ_SIZE)

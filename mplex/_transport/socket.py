@@ -55,7 +55,7 @@ class SocketTransport(Transport):
         except BlockingIOError:
             return None
 
-    async def read(self) -> bytes | bytearray | None:
+    async def _read(self) -> bytes | bytearray | None:
         data = self.read_nowait()
         if data is not None:
             self.yield_due = True
