@@ -91,7 +91,7 @@ EXPLANATIONS: dict[str, str] = {
         "Most of each write through a py-libp2p host is py-libp2p's NetStream, which "
         "takes a trio.Lock (a scheduler pass) on every write: see 'py-libp2p hosts: where "
         "the time goes' below. Since 2026-12-02 the adapter adds no pass of its own "
-        "(`python -m benchmarks \"host 32B\"` that day: ours 7.13 s, the js node pair "
+        '(`python -m benchmarks "host 32B"` that day: ours 7.13 s, the js node pair '
         "11.63 s, 1.63x); the full runs before that change gave 1.02x (2026-12-01) and "
         "0.89x (2026-12-02). The js pair's own time moves a lot between runs here "
         "(8.1-11.6 s)."
@@ -147,7 +147,7 @@ EXPLANATIONS: dict[str, str] = {
         "the borrower's cancel scope, decoding and dispatch. A trio.CancelScope costs "
         "4.5 us to enter and leave on trio 0.35 (shielded or not), as much as a "
         "scheduler pass, yet both scopes pay for themselves (2026-12-02, `python -m "
-        "benchmarks \"TLS latency\"` from a checkout with one change each): without the "
+        'benchmarks "TLS latency"` from a checkout with one change each): without the '
         "read turn over TLS the ratio was 1.69x and 1.78x, and with every write left to "
         "the writer task 1.94x twice, against 1.37x and 1.38x for the shipped code in "
         "the same turns."
@@ -167,7 +167,7 @@ EXPLANATIONS: dict[str, str] = {
         "calls the transport's receive_some itself (one coroutine fewer to resume per "
         "read), Decoder.absorb keeps the middle of a frame's body without a decode pass, "
         "and a waiting receiver is rescheduled directly rather than through a "
-        "ParkingLot. In A/B turns of `python -m benchmarks \"TLS bulk 64 KiB\"` the "
+        'ParkingLot. In A/B turns of `python -m benchmarks "TLS bulk 64 KiB"` the '
         "ratio went from 0.68-0.78x (before) to 0.78-0.90x (after); the spread between "
         "runs of the same code is as wide as the gain. Left per 64 KiB frame: the join, "
         "the dispatch and the receiving task's step, about 12 us against about 75 us of "
@@ -181,7 +181,7 @@ EXPLANATIONS: dict[str, str] = {
         "sends are split into 64 KiB frames (Config.max_send_frame_size), so the "
         "receiving side sees the same frames either way. The ratio moves with the raw "
         "baseline: 0.91x and 0.63x in the full runs of 2026-12-01 and 2026-12-02."
-        " An A/B of 2026-12-02 (`python -m benchmarks \"TLS 32B\" \"TLS bulk 1 MiB\" "
+        ' An A/B of 2026-12-02 (`python -m benchmarks "TLS 32B" "TLS bulk 1 MiB" '
         "latency`, the code of 13fbed3 and of this run in turns, two rounds each) measured "
         "mplex the same in both: "
         "1.280 and 1.215 s before, 1.319 and 1.216 s after, while "

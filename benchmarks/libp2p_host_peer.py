@@ -10,7 +10,11 @@ the client prints a JSON result line, the server one more when the client is don
 Cases: ``small`` (``count`` writes of ``size`` bytes on one stream, then the
 receiver's byte count back), ``echo`` (``streams`` streams each echoing ``size``
 bytes, written and read at once), ``latency`` (``count`` sequential round trips of
-``size`` bytes on one stream).
+``size`` bytes on one stream), ``reqresp`` (``streams`` workers each making ``count``
+requests, a new stream each: 32 B out, half-close, 32 B back), and the libp2p perf
+protocol: ``perf-upload`` and ``perf-download`` (``size`` bytes one way),
+``perf-latency`` (``count`` runs of one byte each way).  The perf server and client are
+this library's with our mplex, py-libp2p's own ``PerfService`` with its muxers.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from libp2p.crypto.x25519 import create_new_key_pair as create_noise_key_pair
 from libp2p.custom_types import TProtocol
 from libp2p.network.stream.exceptions import StreamEOF
 from libp2p.peer.peerinfo import info_from_p2p_addr
+from libp2p.perf import PerfService
 from libp2p.security.noise.transport import PROTOCOL_ID as NOISE
 from libp2p.security.noise.transport import Transport as Noise
 from libp2p.stream_muxer.mplex.mplex import MPLEX_PROTOCOL_ID, Mplex
@@ -36,6 +41,7 @@ from libp2p.stream_muxer.yamux.yamux import Yamux
 
 import mplex.libp2p
 from mplex._bench.peer import emit
+from mplex.libp2p._perf import measure, serve_perf
 
 SINK, ECHO, DONE = TProtocol("/sink/1.0.0"), TProtocol("/echo/1.0.0"), TProtocol("/done/1.0.0")
 LOOPBACK = multiaddr.Multiaddr("/ip4/127.0.0.1/tcp/0")
@@ -86,6 +92,10 @@ async def server(muxer: str) -> None:
         host.set_stream_handler(SINK, sink)
         host.set_stream_handler(ECHO, echo)
         host.set_stream_handler(DONE, finish)
+        if muxer == "ours":
+            serve_perf(host)
+        else:
+            await PerfService(host).start()
         address = host.get_addrs()[0]
         print(f"READY {address.value_for_protocol('tcp')} {address}", flush=True)
         await done.wait()
@@ -154,6 +164,39 @@ async def latency(host: Any, peer: Any, size: int, count: int) -> dict[str, Any]
     return {"seconds": sum(times), "p50_us": cuts[49] * 1e6, "p99_us": cuts[98] * 1e6}
 
 
+async def reqresp(host: Any, peer: Any, streams: int, count: int) -> dict[str, Any]:
+    request = b"q" * 32
+
+    async def worker() -> None:
+        for _ in range(count):
+            stream = await host.new_stream(peer, [ECHO])
+            await stream.write(request)
+            await stream.close()  # a half-close: the reply still comes
+            if len(await read_to_eof(stream)) != 32:
+                raise RuntimeError("short reply")
+
+    start = time.perf_counter()
+    async with trio.open_nursery() as nursery:
+        for _ in range(streams):
+            nursery.start_soon(worker)
+    return {"seconds": time.perf_counter() - start, "requests": streams * count}
+
+
+async def perf(host: Any, args: argparse.Namespace, upload: int, download: int, runs: int) -> dict[str, Any]:
+    """``runs`` perf-protocol runs; the median time (this library's client with our
+    mplex, py-libp2p's ``PerfService`` with its muxers)."""
+    times = []
+    address = multiaddr.Multiaddr(args.addr)
+    for _ in range(runs):
+        if args.muxer == "ours":
+            times.append((await measure(host, args.addr, upload, download)).seconds)
+            continue
+        outputs = [o async for o in PerfService(host).measure_performance(address, upload, download)]
+        times.append(outputs[-1]["time_seconds"])
+    median = statistics.median(times)
+    return {"seconds": median, "bytes": upload + download, "p50_us": median * 1e6}
+
+
 async def client(args: argparse.Namespace) -> None:
     host = make_host(args.muxer)
     async with host.run(listen_addrs=[LOOPBACK]):
@@ -163,6 +206,14 @@ async def client(args: argparse.Namespace) -> None:
             result = await small(host, peer.peer_id, args.size, args.count)
         elif args.case == "echo":
             result = await echo_case(host, peer.peer_id, args.size, args.streams)
+        elif args.case == "reqresp":
+            result = await reqresp(host, peer.peer_id, args.streams, args.count)
+        elif args.case == "perf-upload":
+            result = await perf(host, args, args.size, 0, 1)
+        elif args.case == "perf-download":
+            result = await perf(host, args, 0, args.size, 1)
+        elif args.case == "perf-latency":
+            result = await perf(host, args, 1, 1, args.count)
         else:
             result = await latency(host, peer.peer_id, args.size, args.count)
         emit(role="client", **result)
@@ -176,7 +227,8 @@ def main() -> None:
     parser.add_argument("--muxer", choices=["ours", "mplex", "yamux"], default="ours")
     parser.add_argument("--addr", default="")
     parser.add_argument("--port", type=int, default=0)  # the harness passes it; the address says it
-    parser.add_argument("--case", choices=["small", "echo", "latency"], default="small")
+    cases = ["small", "echo", "latency", "reqresp", "perf-upload", "perf-download", "perf-latency"]
+    parser.add_argument("--case", choices=cases, default="small")
     parser.add_argument("--size", type=int, default=32)
     parser.add_argument("--count", type=int, default=1000)
     parser.add_argument("--streams", type=int, default=1)

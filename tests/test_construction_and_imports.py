@@ -155,5 +155,3 @@ class TestTheAllocatorIsPrimedOnlyWhenAMuxerStarts:
     def test_config_prime_allocator_false_skips_it(self) -> None:
         skipped = _peak_during(_START_MUXERS + "trio.run(main, [mplex.Config(prime_allocator=False)] * 3)")
         assert skipped < 1024 * 1024
-
-

@@ -78,7 +78,6 @@ async def reply_until_it_fails(stream: mplex.MplexStream) -> mplex.ConnectionLos
     return sending.value
 
 
-
 class TestAFailedWriteEndsOnlyTheSendSide:
     """ "Send everything, then hang up": the far end's replies fail, yet everything the
     transport still delivers reaches its streams, and then the reason."""

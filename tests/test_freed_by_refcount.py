@@ -32,9 +32,7 @@ def no_cyclic_gc() -> Iterator[None]:
         gc.enable()
 
 
-async def ended_connection(
-    transport: Callable[[], Any], ending: str, unread: int
-) -> list[weakref.ref[Any]]:
+async def ended_connection(transport: Callable[[], Any], ending: str, unread: int) -> list[weakref.ref[Any]]:
     """Run a muxer until it ends as ``ending``, with an inbound stream holding
     ``unread`` bytes nobody read and an outbound one; return weak references to the
     muxer and the streams (every strong one dies with this frame)."""

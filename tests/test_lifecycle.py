@@ -333,7 +333,6 @@ class TestLogging:
         untrusting = trio.SSLStream(a, ssl.create_default_context(), server_hostname="127.0.0.1")
         server = trio.SSLStream(b, server_context, server_side=True)
 
-
         async def serve() -> None:
             with contextlib.suppress(trio.BrokenResourceError):
                 await server.do_handshake()  # the client refuses it

@@ -278,9 +278,7 @@ class TestBoundedMemory:
         # A peer that never reads opens and closes streams; we accept and close each.
         # Streams past the backlog are refused, and their Closes then count as frames
         # that change nothing: this test is about memory, so no budget may cut it short.
-        config = mplex.Config(
-            max_refused_streams=10**7, max_resets_received=10**7, max_ignored_frames=10**7
-        )
+        config = mplex.Config(max_refused_streams=10**7, max_resets_received=10**7, max_ignored_frames=10**7)
         a, b = await tcp_streams(buffer_size=4096)
         peak = 0
         async with b, mplex.open_muxer(a, config) as muxer:

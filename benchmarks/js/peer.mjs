@@ -4,7 +4,7 @@
 // and both sides print their measurements as one JSON line.
 //
 //   node peer.mjs server
-//   node peer.mjs client --port P --case small|fanout --size N --count N [--streams N]
+//   node peer.mjs client --port P --case small|fanout|reqresp --size N --count N [--streams N]
 
 import net from 'node:net'
 import { once } from 'node:events'
@@ -66,7 +66,30 @@ async function client (opts) {
     for (let i = 0; i < opts.count; i++) await send(stream, chunk)
     await sinkAck(stream, opts.count * opts.size)
   }
+  // A stream per request, as libp2p RPC does: open, the echo mode byte and 32 B,
+  // half-close, read the reply to its end.
+  const request = new Uint8Array(33).fill(0x71)
+  request[0] = 0x45 // 'E'
+  const worker = async () => {
+    for (let i = 0; i < opts.count; i++) {
+      const stream = await muxer.createStream()
+      const next = reader(stream)
+      await send(stream, request)
+      await stream.close()
+      let got = 0
+      for (let chunk; (chunk = await next()) !== null;) got += chunk.byteLength
+      if (got !== 32) throw new Error(`a reply of ${got} bytes, expected 32`)
+    }
+  }
   const start = performance.now()
+  if (opts.case === 'reqresp') {
+    await Promise.all(Array.from({ length: opts.streams }, worker))
+    const seconds = (performance.now() - start) / 1000
+    emit({ role: 'client', seconds, requests: opts.streams * opts.count })
+    await muxer.close()
+    socket.destroy()
+    return
+  }
   const streams = opts.case === 'fanout' ? opts.streams : 1
   await Promise.all(Array.from({ length: streams }, one))
   const seconds = (performance.now() - start) / 1000

@@ -3,6 +3,8 @@
     mplex decode [FILE|-] [--hex] [--offset N] [--plain]
     mplex serve  [--host 127.0.0.1] [--port N] [--mode echo|discard|source] [--size BYTES]
     mplex dial   HOST PORT [--streams N] [--size BYTES] [--verify] [--timeout S] [--json]
+    mplex perf   [--run-server] [--server-address HOST:PORT]
+                 [--upload-bytes N] [--download-bytes N] [--libp2p]
     mplex bench  [CASE ...] [--quick] [--runs N] [--json]
 
 Exit codes: 0 success, 1 the operation failed (unreachable peer, verification
@@ -25,6 +27,8 @@ from .._engine.wire import PROTOCOL_ID
 from .decode import decode_command
 from .dial import dial_command
 from .errors import CommandError
+from .perf import add_arguments as add_perf_arguments
+from .perf import perf_command
 from .serve import serve_command
 
 __all__ = ["main"]
@@ -131,6 +135,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--plain", action="store_true", help="plain text even on a terminal")
     p.add_argument("--negotiate", action="store_true", help=_NEGOTIATE_HELP)
     p.set_defaults(run=dial_command)
+
+    p = command("perf", "the libp2p perf protocol (/perf/1.0.0): client or server")
+    add_perf_arguments(p)
+    p.set_defaults(run=perf_command)
 
     p = command("bench", "run the benchmark suite (default: the 105 MB / 32 B case)")
     p.add_argument("cases", nargs="*", help="case names, e.g. 32B latency fan-out (default: 32B)")

@@ -10,7 +10,7 @@
 // For the host-level benchmarks (same protocol as benchmarks/libp2p_host_peer.py):
 //   node libp2p_node.mjs --bench-server              prints READY <port> <multiaddr>,
 //                                                    exits after a /done/1.0.0 stream
-//   node libp2p_node.mjs --bench-client --addr A --case small|echo|latency
+//   node libp2p_node.mjs --bench-client --addr A --case small|echo|latency|reqresp
 //                        [--size N] [--count N] [--streams N]   prints one JSON line
 import './connection.mjs' // the Promise.withResolvers polyfill node 20 needs
 import { createInterface } from 'node:readline'
@@ -94,6 +94,23 @@ const benchCases = {
     const start = performance.now()
     await Promise.all(Array.from({ length: streams }, one))
     return { seconds: (performance.now() - start) / 1000, bytes: size * streams }
+  },
+  async reqresp (address, size, count, streams) {
+    // A stream per request: 32 B out, half-close, the 32 B reply read to its end.
+    const request = new Uint8Array(32).fill(0x71)
+    const worker = async () => {
+      for (let i = 0; i < count; i++) {
+        const stream = await node.dialProtocol(address, '/echo/1.0.0', { maxOutboundStreams: 1024 })
+        const next = reader(stream)
+        await send(stream, request)
+        await stream.close()
+        const { total } = await readAll(next)
+        if (total !== 32) throw new Error(`a reply of ${total} bytes, expected 32`)
+      }
+    }
+    const start = performance.now()
+    await Promise.all(Array.from({ length: streams }, worker))
+    return { seconds: (performance.now() - start) / 1000, requests: streams * count }
   },
   async latency (address, size, count) {
     const stream = await node.dialProtocol(address, '/echo/1.0.0', { maxOutboundStreams: 1024 })

@@ -1,0 +1,126 @@
+"""``mplex perf``: the libp2p perf protocol over this mplex, client or server.
+
+Plain mode runs over TCP with multistream-select, as libp2p peers negotiate:
+``/mplex/6.7.0`` on the connection, then ``/perf/1.0.0`` on every stream.  With
+``--libp2p`` it runs inside a py-libp2p host (TCP + noise, this mplex through
+``mplex.libp2p``), where it talks to any libp2p perf peer, py-libp2p's own included.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from functools import partial
+
+import trio
+
+from .._engine.wire import PROTOCOL_ID
+from .._muxer import open_muxer
+from .._perf import (
+    PERF_PROTOCOL_ID,
+    PerfResult,
+    TrioPerfStream,
+    measurements,
+    median_run,
+    perf_client,
+    perf_server,
+)
+from .._select import accept_protocol, select_protocol
+from .._serve import serve_tcp
+from .._stream import MplexStream
+from .errors import CommandError
+
+__all__ = ["add_arguments", "perf_command"]
+
+_log = logging.getLogger("mplex")
+
+
+def perf_command(args: argparse.Namespace) -> int:
+    """Serve, or run the measurements and print one JSON line each."""
+    if args.libp2p:
+        try:
+            from ..libp2p import _perf as host_perf  # noqa: PLC0415  (the libp2p extra)
+        except ImportError as exc:
+            raise CommandError(f"--libp2p needs the libp2p extra: {exc}") from None
+        return trio.run(host_perf.perf_command, args)
+    if args.run_server:
+        return trio.run(_serve, args)
+    for result in trio.run(_measure, args):
+        print(result.json_line(), flush=True)
+    return 0
+
+
+def split_address(address: str) -> tuple[str, int]:
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit():
+        raise CommandError(f"--server-address takes HOST:PORT, not {address!r}")
+    return host, int(port)
+
+
+async def _measure(args: argparse.Namespace) -> list[PerfResult]:
+    host, port = split_address(args.server_address)
+    try:
+        transport = await trio.open_tcp_stream(host, port)
+        await select_protocol(transport, [PROTOCOL_ID])
+    except OSError as exc:
+        raise CommandError(f"cannot connect to {args.server_address}: {exc.strerror or exc}") from None
+    results = []
+    async with open_muxer(transport) as muxer:
+        for upload, download, runs in measurements(args.upload_bytes, args.download_bytes):
+            done = []
+            for _ in range(runs):
+                stream = await muxer.open_stream()
+                await select_protocol(stream, [PERF_PROTOCOL_ID])
+                done.append(await perf_client(TrioPerfStream(stream), upload, download))
+                await stream.aclose()
+            results.append(median_run(done))
+    return results
+
+
+async def _serve_stream(stream: MplexStream) -> None:
+    await accept_protocol(stream, [PERF_PROTOCOL_ID])
+    try:
+        await perf_server(TrioPerfStream(stream))
+    except ValueError as exc:  # the client's mistake, not a bug here: no traceback
+        _log.info("perf stream %d: %s", stream.id, exc)
+
+
+async def _serve(args: argparse.Namespace) -> int:
+    host, port = split_address(args.server_address)
+    async with trio.open_nursery() as nursery:
+        listeners = await nursery.start(partial(serve_tcp, _serve_stream, port, host=host, negotiate=True))
+        address = listeners[0].socket.getsockname()
+        print(f"mplex: serving {PERF_PROTOCOL_ID} on {address[0]}:{address[1]}", flush=True)
+    return 0  # (serve_tcp serves until interrupted)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """``mplex perf``'s options, named as the libp2p perf harness names them."""
+    parser.add_argument(
+        "--run-server", action="store_true", help="serve the perf protocol (default: run the client)"
+    )
+    parser.add_argument(
+        "--server-address",
+        metavar="HOST:PORT",
+        default="127.0.0.1:4001",
+        help="where the server listens or the client dials (with --libp2p, the client takes a multiaddr)",
+    )
+    parser.add_argument("--upload-bytes", metavar="BYTES", type=_bytes, help="bytes the client uploads")
+    parser.add_argument(
+        "--download-bytes", metavar="BYTES", type=_bytes, help="bytes the client asks the server to send back"
+    )
+    parser.add_argument(
+        "--libp2p",
+        action="store_true",
+        help="run inside a py-libp2p host over TCP + noise (needs the libp2p extra)",
+    )
+
+
+def _bytes(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of bytes") from None
+    if not 0 <= value < 1 << 64:
+        raise argparse.ArgumentTypeError(f"must be 0 to 2**64 - 1 bytes, not {text}")
+    return value
