@@ -80,6 +80,7 @@ class _Links(html.parser.HTMLParser):
                 self.anchors.add(value)
 
 
+@pytest.mark.external  # needs sphinx, which only the main venv installs (the docs extra)
 def test_every_link_of_the_built_site_resolves(tmp_path: pathlib.Path) -> None:
     """Every link from one page of the site to another reaches a page and an anchor
     that exist (a link into the repository's files, like ``examples/x.py`` written
