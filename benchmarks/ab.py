@@ -21,19 +21,19 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from mplex._bench import suite
+from mplex._bench import cases, runner
 
 #: Implementations that are this library (the others are baselines).
 OURS = frozenset({"mplex", "memory", "host-ours", "host-js-to-ours"})
 
 
-def run_from(checkout: Path, run: suite.Run) -> dict[str, Any]:
+def run_from(checkout: Path, run: cases.Run) -> dict[str, Any]:
     """One run of ``run`` with the peers of ``checkout``."""
     os.chdir(checkout)
-    suite.CHECKOUT = checkout / "benchmarks"
-    suite.JS_PEER = suite.CHECKOUT / "js" / "peer.mjs"
-    suite.JS_NODE = checkout / "tests" / "interop" / "libp2p_node.mjs"
-    return suite.run_once(run, timeout=600)
+    runner.CHECKOUT = checkout / "benchmarks"
+    runner.JS_PEER = runner.CHECKOUT / "js" / "peer.mjs"
+    runner.JS_NODE = checkout / "tests" / "interop" / "libp2p_node.mjs"
+    return runner.run_once(run, timeout=600)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -46,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     other = args.other.resolve()
     if not (other / "mplex").is_dir():
         parser.error(f"{other} is not a checkout of this project (no mplex/ in it)")
-    picked = suite.cases(quick=False, only=set(args.cases))
+    picked = cases.cases(quick=False, only=set(args.cases))
     if not picked:
         parser.error(f"no such case: {', '.join(args.cases)}")
     print(f"this: {this}\nother: {other}\n{args.turns} turns, alternating\n")

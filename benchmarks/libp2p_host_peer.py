@@ -40,7 +40,7 @@ from libp2p.stream_muxer.yamux.yamux import PROTOCOL_ID as YAMUX_PROTOCOL_ID
 from libp2p.stream_muxer.yamux.yamux import Yamux
 
 import mplex.libp2p
-from mplex._bench.peer import emit
+from mplex._bench.channel import emit
 from mplex.libp2p._perf import measure, serve_perf
 
 SINK, ECHO, DONE = TProtocol("/sink/1.0.0"), TProtocol("/echo/1.0.0"), TProtocol("/done/1.0.0")

@@ -20,7 +20,7 @@ from pathlib import Path
 import trio
 
 import mplex
-from mplex._bench.peer import secured, tls_context
+from mplex._bench.channel import secured, tls_context
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -18,7 +18,7 @@ import time
 import trio
 
 import mplex
-from mplex._bench.peer import tls_context
+from mplex._bench.channel import tls_context
 
 SIZE = 64 * 1024
 TOTAL = 384 * 1024 * 1024

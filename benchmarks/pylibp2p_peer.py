@@ -21,7 +21,7 @@ from libp2p.peer.id import ID
 from libp2p.stream_muxer.mplex.exceptions import MplexStreamEOF
 from libp2p.stream_muxer.mplex.mplex import Mplex
 
-from mplex._bench.peer import emit, nodelay
+from mplex._bench.channel import emit, nodelay
 
 
 class BufferedConnection:

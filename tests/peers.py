@@ -21,7 +21,7 @@ from typing import Any
 import trio
 
 import mplex
-from mplex._bench.suite import pylibp2p_python
+from mplex._bench.runner import pylibp2p_python
 from tests.helpers import read_all
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -49,9 +49,10 @@ def test_quick_suite_produces_every_case_and_baseline(tmp_path: pathlib.Path) ->
     assert "Targets: not judged" in result.stdout
     verdicts = [line for line in result.stdout.splitlines() if line.endswith((" met", " MISSED"))]
     assert not verdicts
-    from mplex._bench import report, suite
+    from mplex._bench import cases as suite_cases
+    from mplex._bench import report
 
-    cases = suite.cases(quick=True, only=set(saved["cases"]))
+    cases = suite_cases.cases(quick=True, only=set(saved["cases"]))
     for case in cases:
         case.results = saved["cases"][case.name]["results"]
     unmeasured = [row[0] for row in report.evaluate(cases) if row[1] == "not measured"]

@@ -15,7 +15,7 @@ import random
 import trio
 
 import mplex
-from mplex._bench.peer import current_rss
+from mplex._bench.channel import current_rss
 from mplex._engine.wire import MAX_PREFIX_BYTES
 from mplex._transport import READ_SIZE
 from tests.helpers import muxer_pair, read_all, tcp_transport

@@ -12,25 +12,15 @@ their peak RSS.  Implementations ("impls"):
 
 With ``--tls 1`` every TCP connection carries TLS 1.3 (``trio.SSLStream``; the server's
 certificate is made at start-up with trustme), for the mplex and raw impls alike.
-
-Server behaviour per stream (mplex) or per connection (raw): the first byte the client
-sends chooses it: ``S`` sink (read to EOF, answer with the byte count, close), ``L``
-counted sink (an 8-byte length, then that many bytes, answered with the count: for a
-raw TLS connection, which has no half-close) or ``E`` echo (send back whatever arrives,
-close at EOF).
+What the server does with each stream: ``mplex._bench.server``.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
-import json
 import logging
 import os
-import resource
-import socket
-import ssl
 import sys
 import time
 from typing import Any
@@ -39,177 +29,8 @@ import trio
 import trio.testing
 
 import mplex
-
-CHUNK_32 = b"x" * 32
-
-
-def peak_rss() -> int:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-
-
-def current_rss() -> int:
-    with open(f"/proc/{os.getpid()}/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-
-
-def emit(**fields: Any) -> None:
-    fields["peak_rss"] = peak_rss()
-    print(json.dumps(fields), flush=True)
-
-
-def nodelay(stream: trio.SocketStream) -> None:
-    stream.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, True)
-
-
-def tls_context(server_side: bool) -> ssl.SSLContext:
-    """TLS 1.3 only.  The server's certificate comes from a throwaway trustme CA; the
-    client does not verify it (the benchmark measures the channel, not the PKI)."""
-    if server_side:
-        import trustme  # noqa: PLC0415  (only the TLS cases need it)
-
-        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-        trustme.CA().issue_cert("127.0.0.1").configure_cert(context)
-    else:
-        context = ssl.create_default_context()
-        context.check_hostname = False
-        context.verify_mode = ssl.CERT_NONE
-    context.minimum_version = ssl.TLSVersion.TLSv1_3
-    return context
-
-
-async def secured(
-    conn: trio.SocketStream, context: ssl.SSLContext | None, server_side: bool
-) -> trio.abc.Stream:
-    """``conn`` itself, or TLS over it with the handshake done (so no case times it)."""
-    nodelay(conn)
-    if context is None:
-        return conn
-    stream = trio.SSLStream(conn, context, server_side=server_side)
-    await stream.do_handshake()
-    return stream
-
-
-async def receive_exactly(stream: trio.abc.ReceiveStream, size: int) -> bytes:
-    got = bytearray()
-    while len(got) < size:
-        data = await stream.receive_some(size - len(got))
-        if not data:
-            raise RuntimeError(f"the stream ended after {len(got)} of {size} bytes")
-        got += data
-    return bytes(got)
-
-
-# --- servers --------------------------------------------------------------------------
-
-
-async def serve_stream(stream: trio.abc.Stream) -> None:
-    try:
-        await serve_stream_modes(stream)
-    except trio.BrokenResourceError:
-        pass  # the client went away mid-stream: that ends this stream, not the server
-
-
-async def serve_stream_modes(stream: trio.abc.Stream) -> None:
-    mode = await stream.receive_some(1)
-    if mode == b"S":
-        count = 0
-        while data := await stream.receive_some():
-            count += len(data)
-        await stream.send_all(count.to_bytes(8, "big"))
-    elif mode == b"L":
-        left = int.from_bytes(await receive_exactly(stream, 8), "big")
-        count = 0
-        while count < left and (data := await stream.receive_some()):
-            count += len(data)
-        await stream.send_all(count.to_bytes(8, "big"))
-    elif mode == b"E":
-        while data := await stream.receive_some():
-            await stream.send_all(data)
-    await stream.aclose()
-
-
-#: Stream limits raised for the idle-streams case; every other limit is the default.
-MANY_STREAMS = mplex.Config(max_inbound_streams=20_000, max_outbound_streams=20_000, accept_backlog=20_000)
-
-
-async def serve_mplex(transport: trio.abc.Stream, config: mplex.Config = MANY_STREAMS) -> None:
-    async with mplex.open_muxer(transport, config) as muxer, trio.open_nursery() as nursery:
-        # A client that hangs up with our last frames unread makes its kernel reset the
-        # connection: the case is over by then (the client checks its own results).
-        with contextlib.suppress(trio.BrokenResourceError):
-            async for stream in muxer:
-                nursery.start_soon(serve_stream, stream)
-
-
-async def serve_floor(transport: trio.abc.Stream) -> None:
-    """Decode Message frames one by one; answer with the byte count at EOF."""
-    count = 0
-    pending: bytes | bytearray = b""
-    while data := await transport.receive_some(256 * 1024):
-        data = pending + data if pending else data
-        pos, end = 0, len(data)
-        while True:
-            parsed = _frame_at(data, pos, end)
-            if parsed is None:
-                break
-            start, stop = parsed
-            count += stop - start
-            pos = stop
-        pending = data[pos:]
-    await transport.send_all(count.to_bytes(8, "big"))
-
-
-def _frame_at(data: bytes | bytearray, pos: int, end: int) -> tuple[int, int] | None:
-    """A plain per-frame decode: two varints, then the body's bounds."""
-    values = []
-    for _ in range(2):
-        value = shift = 0
-        while True:
-            if pos >= end:
-                return None
-            byte = data[pos]
-            pos += 1
-            value |= (byte & 0x7F) << shift
-            if byte < 0x80:
-                break
-            shift += 7
-        values.append(value)
-    stop = pos + values[1]
-    return (pos, stop) if stop <= end else None
-
-
-async def serve(impl: str, tls: bool, fast_path: bool = True) -> None:
-    context = tls_context(server_side=True) if tls else None
-    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
-    port = listeners[0].socket.getsockname()[1]
-    print(f"READY {port}", flush=True)
-    async with trio.open_nursery() as nursery:
-        if impl == "raw":
-            # One connection per client stream; serve until the client says done.
-            async def handle(tcp: trio.SocketStream) -> None:
-                conn = await secured(tcp, context, server_side=True)
-                if await conn.receive_some(1) == b"Q":
-                    nursery.cancel_scope.cancel()
-                    return
-                await serve_stream_raw(conn)
-
-            nursery.start_soon(trio.serve_listeners, handle, listeners)
-        else:
-            conn = await secured(await listeners[0].accept(), context, server_side=True)
-            if impl == "mplex":
-                await serve_mplex(conn, dataclasses.replace(MANY_STREAMS, socket_fast_path=fast_path))
-            else:
-                await serve_floor(conn)
-            nursery.cancel_scope.cancel()
-    emit(role="server")
-
-
-async def serve_stream_raw(conn: trio.abc.Stream) -> None:
-    """A raw connection: the first byte was consumed by the dispatcher; read the mode."""
-    await serve_stream(conn)
-
-
-# --- clients --------------------------------------------------------------------------
+from mplex._bench.channel import current_rss, emit, read_to_eof, receive_exactly, secured, tls_context
+from mplex._bench.server import MANY_STREAMS, serve, serve_stream
 
 
 class Client:
@@ -243,13 +64,6 @@ class Client:
             conn = await self.connect()
             await conn.send_all(b"Q")
             await conn.aclose()
-
-
-async def read_to_eof(stream: trio.abc.ReceiveStream) -> bytes:
-    chunks = []
-    while data := await stream.receive_some():
-        chunks.append(data)
-    return b"".join(chunks)
 
 
 async def end_of_requests(stream: trio.abc.Stream) -> None:

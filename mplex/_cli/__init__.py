@@ -170,13 +170,13 @@ def _bench_command(args: argparse.Namespace) -> int:
     import tempfile  # noqa: PLC0415
     from pathlib import Path  # noqa: PLC0415
 
-    from .._bench import suite  # noqa: PLC0415  (heavy; only for this command)
+    from .._bench import cases, suite  # noqa: PLC0415  (heavy; only for this command)
 
-    unknown = suite.unknown_cases(args.cases)
+    unknown = cases.unknown_cases(args.cases)
     if unknown:
         print(
             f"mplex bench: no case named {', '.join(map(repr, unknown))}; the cases are: "
-            + ", ".join(suite.case_names()),
+            + ", ".join(cases.case_names()),
             file=sys.stderr,
         )
         return 2
