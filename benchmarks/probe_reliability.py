@@ -8,9 +8,8 @@ before a change and after it.  Each probe runs in a child process with a time li
 (the code before could hang for ever), and prints one line:
 
 * ``send_all``: a peer that stops reading; each ``send_all(1000 B)`` runs under
-  ``move_on_after(0.5)`` after a quiet spell; how long the one that was cancelled took,
-  over TCP with the
-  socket path, the generic path, and TLS;
+  ``move_on_after(0.5)`` after a quiet spell; how long the one that was cancelled
+  took, over TCP with the socket path, the generic path, and TLS;
 * ``freed``: 13 connections that each end holding 4 MiB unread, the cyclic garbage
   collector off: memory still allocated (tracemalloc) once the program drops them;
 * ``flood``: a peer resets its stream, then sends 2,097,152 Close frames for it: our
