@@ -44,7 +44,11 @@ def test_quick_suite_produces_every_case_and_baseline(tmp_path: pathlib.Path) ->
     assert any(label.startswith("js-libp2p node dialing a py-libp2p host") for _, label in labels)
     # py-libp2p's own mplex cannot do full-duplex echo: its row says so (and the suite goes on).
     assert "did not complete" in result.stdout
-    assert len(saved["cases"]) == 20
+    assert ("request/response", "js-libp2p mplex") in labels
+    assert ("host request/response", "py-libp2p host, its yamux") in labels
+    assert ("host perf download", "py-libp2p host, our mplex and perf") in labels
+    assert any(label.startswith("py-libp2p host, its mplex and perf") for _, label in labels)
+    assert len(saved["cases"]) == 24
     # No verdicts at sizes that say nothing about speed, but every target is measurable.
     assert "Targets: not judged" in result.stdout
     verdicts = [line for line in result.stdout.splitlines() if line.endswith((" met", " MISSED"))]

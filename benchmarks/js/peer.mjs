@@ -16,6 +16,8 @@ import { mplex, reader, send, SocketConnection } from '../../tests/interop/conne
 const factory = mplex({ disconnectThreshold: Infinity })()
 
 function peakRss () { return process.resourceUsage().maxRSS * 1024 }
+// CPU seconds (user + system) since `since`, a process.cpuUsage() reading.
+function cpuSince (since) { const used = process.cpuUsage(since); return (used.user + used.system) / 1e6 }
 function emit (fields) { console.log(JSON.stringify({ ...fields, peak_rss: peakRss() })) }
 
 async function serveStream (stream) {
@@ -38,12 +40,16 @@ async function serveStream (stream) {
 }
 
 async function server () {
+  let cpu
   const srv = net.createServer((socket) => {
     const muxer = factory.createStreamMuxer(new SocketConnection(socket, 'inbound'))
     muxer.addEventListener('stream', (evt) => { serveStream(evt.detail).catch(() => {}) })
-    socket.once('close', () => { srv.close(); emit({ role: 'server' }) })
+    socket.once('close', () => { srv.close(); emit({ role: 'server', cpu_seconds: cpuSince(cpu) }) })
   })
-  srv.listen(0, '127.0.0.1', () => console.log(`READY ${srv.address().port}`))
+  srv.listen(0, '127.0.0.1', () => {
+    console.log(`READY ${srv.address().port}`)
+    cpu = process.cpuUsage() // from here on: serving (start-up left out)
+  })
 }
 
 async function sinkAck (stream, expected) {
@@ -82,10 +88,11 @@ async function client (opts) {
     }
   }
   const start = performance.now()
+  const cpu = process.cpuUsage()
   if (opts.case === 'reqresp') {
     await Promise.all(Array.from({ length: opts.streams }, worker))
     const seconds = (performance.now() - start) / 1000
-    emit({ role: 'client', seconds, requests: opts.streams * opts.count })
+    emit({ role: 'client', seconds, requests: opts.streams * opts.count, cpu_seconds: cpuSince(cpu) })
     await muxer.close()
     socket.destroy()
     return

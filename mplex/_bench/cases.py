@@ -35,6 +35,7 @@ def cases(quick: bool, only: set[str]) -> list[Case]:
     scale = 100 if quick else 1
     n32 = 3_276_800 // scale  # 105 MB in 32-byte chunks (1.05 MB when --quick)
     small = {"case": "small", "size": 32, "count": n32}
+    reqs = max(1, 200 // scale)  # requests per worker
     all_cases = [
         Case(
             "32B",
@@ -108,24 +109,17 @@ def cases(quick: bool, only: set[str]) -> list[Case]:
         ),
         Case(
             "request/response",
-            f"100 workers x {5000 // scale // 100 or 1} requests: open, 32 B, close, 32 B reply",
+            f"100 workers x {reqs} requests, a stream each: open, 32 B, half-close, 32 B reply to EOF",
             [
-                Run(
-                    "mplex",
-                    "mplex",
-                    {"case": "reqresp", "streams": 100, "count": max(1, 50 // scale)},
-                ),
-                Run(
-                    "raw, 100 connections",
-                    "raw",
-                    {"case": "reqresp", "streams": 100, "count": max(1, 50 // scale)},
-                ),
+                Run("mplex", "mplex", {"case": "reqresp", "streams": 100, "count": reqs}),
+                Run("raw, 100 connections", "raw", {"case": "reqresp", "streams": 100, "count": reqs}),
+                Run("js-libp2p mplex", "js", {"case": "reqresp", "streams": 100, "count": reqs}),
                 # Not a target's baseline: the other reading of "the same over raw
                 # connections", where each request opens and closes its own connection.
                 Run(
                     "raw, a connection per request",
                     "raw",
-                    {"case": "reqresp", "streams": 100, "count": max(1, 50 // scale), "per-request": 1},
+                    {"case": "reqresp", "streams": 100, "count": reqs, "per-request": 1},
                 ),
             ],
         ),
@@ -236,6 +230,7 @@ def host_cases(scale: int) -> list[Case]:
     theirs = {**small, "count": n_theirs}
     echo = {"case": "echo", "size": 100_000, "streams": 100 // min(scale, 10)}
     latency = {"case": "latency", "size": 32, "count": 1000 // min(scale, 10)}
+    reqresp = {"case": "reqresp", "streams": 100 // min(scale, 10), "count": max(1, 20 // scale)}
     return [
         Case(
             "host 32B",
@@ -265,6 +260,18 @@ def host_cases(scale: int) -> list[Case]:
             ],
         ),
         Case(
+            "host request/response",
+            f"py-libp2p hosts, TCP + noise: {reqresp['streams']} workers x {reqresp['count']} requests, "
+            "host.new_stream each: 32 B, half-close, 32 B reply to EOF",
+            [
+                Run("py-libp2p host, our mplex", "host-ours", reqresp),
+                Run("py-libp2p host, its mplex", "host-mplex", reqresp),
+                Run("py-libp2p host, its yamux", "host-yamux", reqresp),
+                Run("js-libp2p node pair, mplex", "host-js", reqresp),
+            ],
+        ),
+        *perf_cases(scale),
+        Case(
             "host latency",
             f"py-libp2p hosts, TCP + noise: {latency['count']} sequential 32 B round trips",
             [
@@ -274,6 +281,57 @@ def host_cases(scale: int) -> list[Case]:
             ],
         ),
     ]
+
+
+def perf_cases(scale: int) -> list[Case]:
+    """The libp2p perf protocol (``/perf/1.0.0``) between py-libp2p hosts over TCP +
+    noise: this library's perf over our mplex, py-libp2p's own ``PerfService`` over its
+    muxers."""
+    ours, theirs = 100 * MB // scale, 10 * MB // scale  # theirs moves about 10 MB/s
+    found = [
+        Case(
+            f"host perf {way}",
+            f"py-libp2p hosts, TCP + noise: the perf protocol's {way} ({ours / MB:g} MB; "
+            f"py-libp2p's own muxers {theirs / MB:g} MB)",
+            [
+                Run("py-libp2p host, our mplex and perf", "host-ours", {"case": f"perf-{way}", "size": ours}),
+                *[
+                    Run(
+                        f"py-libp2p host, its {muxer} and perf ({theirs / MB:g} MB)",
+                        f"host-{muxer}",
+                        {"case": f"perf-{way}", "size": theirs},
+                    )
+                    for muxer in ("mplex", "yamux")
+                ],
+            ],
+        )
+        for way in ("upload", "download")
+    ]
+    count = max(3, 100 // scale)
+    found.append(
+        Case(
+            "host perf latency",
+            f"py-libp2p hosts, TCP + noise: the perf protocol's latency, one byte each way, {count} runs",
+            [
+                Run(
+                    "py-libp2p host, our mplex and perf",
+                    "host-ours",
+                    {"case": "perf-latency", "count": count},
+                    "p50_us",
+                ),
+                *[
+                    Run(
+                        f"py-libp2p host, its {muxer} and perf",
+                        f"host-{muxer}",
+                        {"case": "perf-latency", "count": count},
+                        "p50_us",
+                    )
+                    for muxer in ("mplex", "yamux")
+                ],
+            ],
+        )
+    )
+    return found
 
 
 def case_names() -> list[str]:

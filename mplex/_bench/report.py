@@ -44,6 +44,26 @@ def _ratio(a: float | None, b: float | None) -> tuple[float, float] | None:
     return None if a is None or b is None or b == 0 else (a / b, 0.0)
 
 
+def _cpu_per_request(suite: Sequence[CaseLike], label: str, key: str) -> float | None:
+    for c in suite:
+        if c.name == "request/response" and label in c.results:
+            runs = c.results[label]
+            if all(key in r for r in runs):
+                return float(statistics.median(r[key] / r["requests"] for r in runs))
+    return None
+
+
+def _cpu_ratio(key: str) -> Measure:
+    """Our CPU per request over a persistent raw connection's, on one side."""
+
+    def measure(s: Sequence[CaseLike]) -> tuple[float, float] | None:
+        mine = _cpu_per_request(s, "mplex", key)
+        base = _cpu_per_request(s, "raw, 100 connections", key)
+        return None if mine is None or not base else (mine / base, 1.6)
+
+    return measure
+
+
 def targets() -> list[Target]:
     def tp(case: str, label: str) -> Callable[[Sequence[CaseLike]], float | None]:
         return lambda s: _throughput(s, case, label)
@@ -147,6 +167,21 @@ def targets() -> list[Target]:
             ("request/response", "raw, 100 connections"),
             1.0,
         ),
+        faster(
+            "request/response, a stream per request, vs js-libp2p mplex (req/s)",
+            ("request/response", "mplex"),
+            ("request/response", "js-libp2p mplex"),
+            2.0,
+        ),
+        *[
+            (
+                f"request/response {side} CPU per request vs a persistent raw connection's",
+                _cpu_ratio(key),
+                "max",
+                "x",
+            )
+            for side, key in (("client", "cpu_seconds"), ("server", "server_cpu_seconds"))
+        ],
         (
             "latency p50 vs raw TCP",
             time_ratio("latency", "mplex", "raw trio socket", "p50_us", 1.2),
@@ -204,14 +239,16 @@ def host_targets(
 ) -> list[Target]:
     """Targets of the py-libp2p host cases (TCP + noise, two processes)."""
 
-    def labelled(case: str, prefix: str) -> Callable[[Sequence[CaseLike]], tuple[float, float] | None]:
+    def labelled(
+        case: str, prefix: str, limit: float = 6.0
+    ) -> Callable[[Sequence[CaseLike]], tuple[float, float] | None]:
         # py-libp2p's own muxers run a smaller size, named in their label.
         def measure(s: Sequence[CaseLike]) -> tuple[float, float] | None:
             for c in s:
                 for label in c.results if c.name == case else ():
                     if label.startswith(prefix):
                         mine, base = _throughput(s, case, OURS_IN_A_HOST), _throughput(s, case, label)
-                        return None if mine is None or not base else (mine / base, 6.0)
+                        return None if mine is None or not base else (mine / base, limit)
             return None
 
         return measure
@@ -234,6 +271,12 @@ def host_targets(
             ("host 32B", OURS_IN_A_HOST),
             ("host 32B", JS_NODE_PAIR),
             1.0,
+        ),
+        (
+            "host request/response, a stream per request, vs py-libp2p's own mplex (req/s)",
+            labelled("host request/response", "py-libp2p host, its mplex", 3.0),
+            "min",
+            "x",
         ),
         faster(
             "host 100 x 100 KB echo vs a js-libp2p node pair (throughput)",
@@ -317,8 +360,9 @@ def results_markdown(
         "Sender and receiver are separate processes over 127.0.0.1 TCP unless the row "
         "says memory (both muxers in one process over a trio memory stream). Every case "
         "runs its baselines in the same invocation, interleaved run by run. 'vs first' "
-        "divides the row's median by the first row's of the case (times: lower is "
-        "better for the first row; throughputs are shown in the row).",
+        "divides the row's median by the first row's of the case, per byte or request "
+        "where rows move different amounts (times: above 1x the first row is faster; "
+        "throughputs are shown in the row).",
         "",
         "## Cases",
         "",

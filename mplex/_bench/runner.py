@@ -123,7 +123,10 @@ def run_once(run: Run, timeout: float) -> dict[str, Any]:
         rest, problems = server.communicate(timeout=timeout)
         if server.returncode:
             raise RuntimeError(f"{run.label}: server failed: {problems[-3000:]}")
-        result["server_peak_rss"] = last_json(rest)["peak_rss"]
+        served = last_json(rest)
+        result["server_peak_rss"] = served["peak_rss"]
+        if "cpu_seconds" in served:
+            result["server_cpu_seconds"] = served["cpu_seconds"]
         return result
     finally:
         if server.poll() is None:

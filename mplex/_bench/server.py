@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import time
 
 import trio
 
@@ -100,6 +101,7 @@ async def serve(impl: str, tls: bool, fast_path: bool = True) -> None:
     listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
     port = listeners[0].socket.getsockname()[1]
     print(f"READY {port}", flush=True)
+    cpu = time.process_time()  # from here on: serving (start-up and imports left out)
     async with trio.open_nursery() as nursery:
         if impl == "raw":
             # One connection per client stream; serve until the client says done.
@@ -118,7 +120,7 @@ async def serve(impl: str, tls: bool, fast_path: bool = True) -> None:
             else:
                 await serve_floor(conn)
             nursery.cancel_scope.cancel()
-    emit(role="server")
+    emit(role="server", cpu_seconds=time.process_time() - cpu)
 
 
 async def serve_stream_raw(conn: trio.abc.Stream) -> None:

@@ -38,7 +38,7 @@ def rows(suite: list[Case]) -> list[list[str]]:
     table = []
     for case in suite:
         first = case.runs[0]
-        base = median(case.results[first.label], first.metric)
+        base = median(case.results[first.label], first.metric) / work(case.results[first.label])
         for run in case.runs:
             results = case.results[run.label]
             if any("failed" in r for r in results):
@@ -50,12 +50,19 @@ def rows(suite: list[Case]) -> list[list[str]]:
                 continue
             value = median(results, run.metric)
             shown = describe(run, results, value)
-            ratio = f"{value / base:.2f}x" if run is not first and base else ""
+            ratio = f"{value / work(results) / base:.2f}x" if run is not first and base else ""
             rss = max(r.get("peak_rss", 0) for r in results) / MIB
             srss = max(r.get("server_peak_rss", 0) for r in results) / MIB
             memory = f"{rss:.0f} / {srss:.0f}" if srss else f"{rss:.0f}"
             table.append([case.name, run.label, shown, ratio, memory])
     return table
+
+
+def work(results: list[dict[str, Any]]) -> float:
+    """What a run's time was spent on (bytes, requests), so that rows moving different
+    amounts compare as time per unit; 1 for a case that times a fixed task."""
+    sample = results[0]
+    return float(sample.get("bytes") or sample.get("requests") or 1)
 
 
 def describe(run: Run, results: list[dict[str, Any]], value: float) -> str:
@@ -64,13 +71,27 @@ def describe(run: Run, results: list[dict[str, Any]], value: float) -> str:
         if "bytes" in sample:
             return f"{value:.3f} s  ({sample['bytes'] / value / MB:.1f} MB/s)"
         if "requests" in sample:
-            return f"{value:.3f} s  ({sample['requests'] / value:,.0f} req/s)"
+            return f"{value:.3f} s  ({sample['requests'] / value:,.0f} req/s{cpu_per_request(results)})"
         return f"{value:.3f} s"
     if run.metric.endswith("_us"):
         p50 = median(results, "p50_us")
-        p99 = median(results, "p99_us")
-        return f"p50 {p50:.0f} us, p99 {p99:.0f} us"
+        if not all("p99_us" in r for r in results):
+            return f"p50 {p50:.0f} us"
+        return f"p50 {p50:.0f} us, p99 {median(results, 'p99_us'):.0f} us"
     return f"{value:,.0f} B/stream"
+
+
+def cpu_per_request(results: list[dict[str, Any]]) -> str:
+    """ ", CPU/request: client X us, server Y us" (medians), from what the peers report."""
+    sides = []
+    for side, key in (("client", "cpu_seconds"), ("server", "server_cpu_seconds")):
+        if all(key in r for r in results):
+            sides.append(f"{side} {median_per_request(results, key) * 1e6:.0f} us")
+    return f"; CPU/request: {', '.join(sides)}" if sides else ""
+
+
+def median_per_request(results: list[dict[str, Any]], key: str) -> float:
+    return float(statistics.median(r[key] / r["requests"] for r in results))
 
 
 HEADER = ["case", "implementation", "median", "vs first", "peak RSS MiB (client / server)"]
