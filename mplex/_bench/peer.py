@@ -197,12 +197,16 @@ async def case_reqresp(client: Client, args: argparse.Namespace) -> dict[str, An
                 raise RuntimeError("short reply")
             await stream.aclose()
 
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     async with trio.open_nursery() as nursery:
         for _ in range(args.streams):
             nursery.start_soon(worker)
     seconds = time.perf_counter() - start
-    return {"seconds": seconds, "requests": args.streams * args.count}
+    return {
+        "seconds": seconds,
+        "requests": args.streams * args.count,
+        "cpu_seconds": time.process_time() - cpu,
+    }
 
 
 async def ping_pong(stream: trio.abc.Stream, count: int) -> list[float]:
