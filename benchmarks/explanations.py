@@ -92,6 +92,33 @@ EXPLANATIONS: dict[str, str] = {
         "outran by 2.65x-3.04x in the runs of 2026-11-30. Meeting 1.0x would need a "
         "whole stream to cost less than one send and one receive on an open connection."
     ),
+    "request/response, a stream per request, vs js-libp2p mplex (req/s)": (
+        "Both processes are near one full core each in this case, so requests per second "
+        "follow CPU per request. On 2026-12-03 (`python -m benchmarks request/response "
+        "--runs 3`): ours 7,954 req/s at 102 us (client) and 123 us (server) of CPU a "
+        "request, js-libp2p's mplex 6,861 req/s at 134 and 122 us: 1.16x. 2x would need "
+        "about 60 us a side, what one send and one receive on a persistent raw "
+        "connection cost here (59 and 60 us, 16,242 req/s): a whole stream (open, "
+        "send, half-close, read to EOF, close, and on the server an accept and a handler "
+        "task) for the price of the raw connection's two calls. The per-call paths are "
+        "short already (about 280 Python calls a request on the client, half of them "
+        "trio's scheduler); what is left is the stream's lifecycle itself."
+    ),
+    "request/response client CPU per request vs a persistent raw connection's": (
+        "A stream per request takes the client six trio checkpoints (open_stream, "
+        "send_all, send_eof, two receive_some, aclose) where a persistent raw connection "
+        "takes two, and queues three frames (NewStream, Message, Close) where the raw "
+        "connection writes one. `python -m benchmarks.probe_reqresp` counts the client's "
+        "task steps: 6.2 a request against 2.0."
+    ),
+    "request/response server CPU per request vs a persistent raw connection's": (
+        "The server runs a task per stream (as every mplex server that hands streams to "
+        "handlers must): the spawn, the accept, and the handler's five checkpoints "
+        "(read the mode byte, read the request, send the reply, read EOF, aclose), where "
+        "a raw connection's server does one receive and one send per request. The server "
+        "is also the side that waits: it runs about one scheduler batch per request "
+        "(20,029 for 20,000 under cProfile), each with its own epoll wait and write."
+    ),
     "host 32 B writes vs a js-libp2p node pair (throughput)": (
         "Most of each write through a py-libp2p host is py-libp2p's NetStream, which "
         "takes a trio.Lock (a scheduler pass) on every write: see 'py-libp2p hosts: where "
@@ -237,4 +264,21 @@ in one read and split messages from a buffer, as our decoder does.
 """
 
 
-COMMENTARY = Commentary(explanations=EXPLANATIONS, host_notes=[HOST_NOTE])
+#: Where a host request's time goes, shown when the host cases ran.
+HOST_REQUEST_NOTE = """## py-libp2p hosts: where a request's time goes
+
+`.venv-bench/bin/python -m benchmarks.probe_host_reqresp` runs the host request/response
+workload (100 workers x 20 requests, `host.new_stream` each, TCP + noise) against a
+host in another process, and sums the client's own time under cProfile by where the
+code lives. On 2026-12-03: with our mplex, 728-738 us of client CPU a request, of which
+16% in our mplex, 19% in py-libp2p (multistream-select for each new stream, the swarm's
+stream notifications, `NetStream`, noise), 45% in trio's scheduler (which both layers
+run on) and 20-21% in the rest (CPython, the socket calls, the cipher); with
+py-libp2p's own mplex (`--muxer mplex`), 3,040-3,184 us a request. A host request costs
+about seven times a bare mplex request (102 us): the host's per-stream protocol
+negotiation is a round trip of its own, with its reads and writes behind py-libp2p's
+locks (see the note above).
+"""
+
+
+COMMENTARY = Commentary(explanations=EXPLANATIONS, host_notes=[HOST_NOTE, HOST_REQUEST_NOTE])

@@ -296,10 +296,16 @@ class MplexStream(trio.abc.HalfCloseableStream):
 
     async def send_eof(self) -> None:
         """See `trio.abc.HalfCloseableStream.send_eof`: sends an mplex Close."""
-        with self._send_guard:
+        guard = self._send_guard  # inlined like send_all's: called once per request
+        if guard.held:
+            raise trio.BusyResourceError(guard.message)
+        guard.held = True
+        try:
             await trio.lowlevel.checkpoint()
             if not self._host.send_close(self._record):
                 raise self._host.send_error(self._record)
+        finally:
+            guard.held = False
 
     # -- receiving -------------------------------------------------------------------------
 
@@ -314,7 +320,11 @@ class MplexStream(trio.abc.HalfCloseableStream):
             max_bytes = operator.index(max_bytes)
             if max_bytes < 1:
                 raise ValueError("max_bytes must be >= 1")
-        with self._recv_guard:
+        guard = self._recv_guard  # inlined like send_all's: two calls a request each way
+        if guard.held:
+            raise trio.BusyResourceError(guard.message)
+        guard.held = True
+        try:
             record = self._record
             unread = record.unread
             if unread.size or not record.can_receive:
@@ -335,6 +345,8 @@ class MplexStream(trio.abc.HalfCloseableStream):
             if record.receiving is _ENDED:
                 return b""
             raise self._host.receive_error(record)
+        finally:
+            guard.held = False
 
     def _abort_receive(self, _: object) -> trio.lowlevel.Abort:
         self._record.waiter = None
