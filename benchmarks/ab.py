@@ -6,6 +6,8 @@ Runs only this library's rows of each case (not the baselines, which do not chan
 between the two), alternating the two checkouts run by run so that both see the same
 machine, and prints each row's median per checkout and the ratio this/other (of the
 row's metric: seconds or microseconds, so above 1 means this checkout is slower).
+Where both checkouts' peers report CPU time (the request/response case), the CPU per
+request on each side gets a row of its own.
 Each side's peers run from their own checkout (its working directory and
 ``PYTHONPATH``), with this checkout's case definitions: both must take the same peer
 arguments.  The other checkout needs the same installs as this one (the js peer and
@@ -36,6 +38,22 @@ def run_from(checkout: Path, run: cases.Run) -> dict[str, Any]:
     return runner.run_once(run, timeout=600)
 
 
+def per_request(got: dict[Path, list[dict[str, Any]]]) -> list[tuple[str, str]]:
+    """Extra rows, CPU per request on each side, where both checkouts' peers report it."""
+    results = [r for runs in got.values() for r in runs]
+    return [
+        (f"  {side} CPU per request (us)", key)
+        for side, key in (("client", "cpu_seconds"), ("server", "server_cpu_seconds"))
+        if all(key in r and "requests" in r for r in results)
+    ]
+
+
+def value(result: dict[str, Any], metric: str) -> float:
+    if metric.endswith("cpu_seconds"):
+        return float(result[metric]) / float(result["requests"]) * 1e6
+    return float(result[metric])
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.ab", description=__doc__)
     parser.add_argument("other", type=Path, help="the other checkout (the code before a change)")
@@ -56,16 +74,17 @@ def main(argv: list[str] | None = None) -> int:
         for run in case.runs:
             if run.impl not in OURS:
                 continue
-            got: dict[Path, list[float]] = {this: [], other: []}
+            got: dict[Path, list[dict[str, Any]]] = {this: [], other: []}
             for turn in range(args.turns):
                 order = (other, this) if turn % 2 == 0 else (this, other)
                 for checkout in order:
-                    got[checkout].append(float(run_from(checkout, run)[run.metric]))
-            before, after = statistics.median(got[other]), statistics.median(got[this])
-            ratio = after / before
-            worst = max(worst, ratio)
-            row = f"{case.name:<22} {run.label[:40]:<40}"
-            print(f"{row} {before:>10.4g} {after:>10.4g} {ratio:>9.2f}x", flush=True)
+                    got[checkout].append(run_from(checkout, run))
+            for label, metric in [(run.label[:40], run.metric), *per_request(got)]:
+                before, after = (statistics.median(value(r, metric) for r in got[c]) for c in (other, this))
+                ratio = after / before
+                worst = max(worst, ratio)
+                row = f"{case.name:<22} {label:<40}"
+                print(f"{row} {before:>10.4g} {after:>10.4g} {ratio:>9.2f}x", flush=True)
     print(f"\nslowest ratio: {worst:.2f}x (metric: seconds or us; lower is faster)")
     return 0
 
