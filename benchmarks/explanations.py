@@ -94,15 +94,16 @@ EXPLANATIONS: dict[str, str] = {
     ),
     "request/response, a stream per request, vs js-libp2p mplex (req/s)": (
         "Both processes are near one full core each in this case, so requests per second "
-        "follow CPU per request. On 2026-12-03 (`python -m benchmarks request/response "
-        "--runs 3`): ours 7,954 req/s at 102 us (client) and 123 us (server) of CPU a "
-        "request, js-libp2p's mplex 6,861 req/s at 134 and 122 us: 1.16x. 2x would need "
-        "about 60 us a side, what one send and one receive on a persistent raw "
-        "connection cost here (59 and 60 us, 16,242 req/s): a whole stream (open, "
-        "send, half-close, read to EOF, close, and on the server an accept and a handler "
-        "task) for the price of the raw connection's two calls. The per-call paths are "
-        "short already (about 280 Python calls a request on the client, half of them "
-        "trio's scheduler); what is left is the stream's lifecycle itself."
+        "follow CPU per request. This run: ours 7,057 req/s at 106 us (client) and 136 us "
+        "(server) of CPU a request, js-libp2p's mplex 7,066 req/s at 131 and 118 us; a "
+        "run of this case alone the same day (`python -m benchmarks request/response "
+        "--runs 3`) gave 7,954 against 6,861 req/s (1.16x). 2x would need about 55 us a "
+        "side, what one send and one receive on a persistent raw connection cost here "
+        "(54 and 54 us, 17,798 req/s): a whole stream (open, send, half-close, read to "
+        "EOF, close, and on the server an accept and a handler task) for the price of "
+        "the raw connection's two calls. The per-call paths are short already (about 280 "
+        "Python calls a request on the client, half of them trio's scheduler); what is "
+        "left is the stream's lifecycle itself."
     ),
     "request/response client CPU per request vs a persistent raw connection's": (
         "A stream per request takes the client six trio checkpoints (open_stream, "
@@ -199,7 +200,12 @@ EXPLANATIONS: dict[str, str] = {
         "the dispatch and the receiving task's step, about 12 us against about 75 us of "
         "SSLStream's own work for the frame's four records. Handing SSLStream the "
         "writer's batches in 64 KiB or 32 KiB pieces instead of whole (up to 256 KiB) "
-        "made it worse (0.71-0.80x against 0.88-0.90x in the same turns)."
+        "made it worse (0.71-0.80x against 0.88-0.90x in the same turns). The full "
+        "runs of 2026-12-03 gave 0.86x (code of 2e2a54e) and 0.66x (this run); in A/B "
+        "turns the same evening (`python -m benchmarks.ab <checkout of 81125cf> 'TLS "
+        "bulk 64 KiB' 'TLS bulk 1 MiB' latency 'TLS latency' --turns 5`) this run's code "
+        "took 0.99x the time of the code before it for TLS bulk 64 KiB, 1.04x for 1 MiB, "
+        "0.83x for latency and 0.92x for TLS latency."
     ),
     "TLS bulk 1 MiB vs raw trio SSLStream (throughput)": (
         "As for 64 KiB sends: the receiver is the limit and pays the muxer's per-record "

@@ -72,3 +72,21 @@ def test_every_explanation_is_for_a_target_and_none_ships_in_the_package() -> No
     shipped = "".join(path.read_text() for path in (ROOT / "mplex" / "_bench").glob("*.py"))
     assert "2026-" not in shipped  # dated narrative of runs belongs in benchmarks/
     assert "issue 3" not in shipped
+
+
+def test_vs_first_compares_time_per_byte_only_between_rows_that_move_bytes() -> None:
+    from mplex._bench.cases import Case, Run
+    from mplex._bench.suite import rows
+
+    case = Case(
+        "32B",
+        "",
+        [Run("ours", "mplex", {}), Run("theirs, a tenth", "pylibp2p", {}), Run("checkpoints", "checkpoint", {})],
+    )
+    case.results = {
+        "ours": [{"seconds": 2.0, "bytes": 1000}],
+        "theirs, a tenth": [{"seconds": 2.0, "bytes": 100}],  # same time for a tenth of the bytes
+        "checkpoints": [{"seconds": 4.0}],  # no bytes: a plain ratio of times
+    }
+    ratios = {row[1]: row[3] for row in rows([case])}
+    assert ratios == {"ours": "", "theirs, a tenth": "10.00x", "checkpoints": "2.00x"}

@@ -343,6 +343,7 @@ def results_markdown(
     table_md: str,
     *,
     commentary: Commentary | None = None,
+    rendered_from: str = "",
 ) -> str:
     """RESULTS.md for one run; ``commentary`` adds why missed targets are missed and
     notes on the host cases (a source checkout's ``benchmarks/explanations.py``)."""
@@ -353,7 +354,13 @@ def results_markdown(
         "# Benchmark results",
         "",
         "Made by `make bench` (`python -m benchmarks --write-results`) on "
-        f"{datetime.date.today().isoformat()}; {runs} runs per implementation, medians.",
+        f"{datetime.date.today().isoformat()}; {runs} runs per implementation, medians."
+        + (
+            f" Rendered again from that run's saved results by `python -m benchmarks "
+            f"--from-json {rendered_from} --write-results`."
+            if rendered_from
+            else ""
+        ),
         "",
         f"Machine: {machine}.",
         "",

@@ -38,7 +38,8 @@ def rows(suite: list[Case]) -> list[list[str]]:
     table = []
     for case in suite:
         first = case.runs[0]
-        base = median(case.results[first.label], first.metric) / work(case.results[first.label])
+        base = median(case.results[first.label], first.metric)
+        base_work = work(case.results[first.label])
         for run in case.runs:
             results = case.results[run.label]
             if any("failed" in r for r in results):
@@ -50,7 +51,7 @@ def rows(suite: list[Case]) -> list[list[str]]:
                 continue
             value = median(results, run.metric)
             shown = describe(run, results, value)
-            ratio = f"{value / work(results) / base:.2f}x" if run is not first and base else ""
+            ratio = f"{per_unit(value, results, base_work) / base:.2f}x" if run is not first and base else ""
             rss = max(r.get("peak_rss", 0) for r in results) / MIB
             srss = max(r.get("server_peak_rss", 0) for r in results) / MIB
             memory = f"{rss:.0f} / {srss:.0f}" if srss else f"{rss:.0f}"
@@ -58,11 +59,21 @@ def rows(suite: list[Case]) -> list[list[str]]:
     return table
 
 
-def work(results: list[dict[str, Any]]) -> float:
-    """What a run's time was spent on (bytes, requests), so that rows moving different
-    amounts compare as time per unit; 1 for a case that times a fixed task."""
+def work(results: list[dict[str, Any]]) -> tuple[str, float]:
+    """What a run's time was spent on: ("bytes", n), ("requests", n), or ("", 1) for a
+    run that times a fixed task (bare checkpoints, a latency)."""
     sample = results[0]
-    return float(sample.get("bytes") or sample.get("requests") or 1)
+    for kind in ("bytes", "requests"):
+        if sample.get(kind):
+            return kind, float(sample[kind])
+    return "", 1.0
+
+
+def per_unit(value: float, results: list[dict[str, Any]], base_work: tuple[str, float]) -> float:
+    """``value`` scaled to the first row's amount of work, so that rows moving different
+    amounts of the same thing compare as time per byte or request."""
+    kind, amount = work(results)
+    return value * base_work[1] / amount if kind and kind == base_work[0] else value
 
 
 def describe(run: Run, results: list[dict[str, Any]], value: float) -> str:
@@ -193,14 +204,22 @@ def rerender(path: Path, write: bool, commentary: Commentary | None = None) -> i
     table = rows(suite)
     print(render(table))
     if write:
-        write_results_md(suite, table, saved["runs"], saved["machine"], commentary)
+        write_results_md(suite, table, saved["runs"], saved["machine"], commentary, rendered_from=str(path))
     return 0
 
 
 def write_results_md(
-    suite: list[Case], table: list[list[str]], runs: int, where: str, commentary: Commentary | None
+    suite: list[Case],
+    table: list[list[str]],
+    runs: int,
+    where: str,
+    commentary: Commentary | None,
+    *,
+    rendered_from: str = "",
 ) -> None:
-    text = results_markdown(suite, table, runs, where, markdown(table), commentary=commentary)
+    text = results_markdown(
+        suite, table, runs, where, markdown(table), commentary=commentary, rendered_from=rendered_from
+    )
     (CHECKOUT / "RESULTS.md").write_text(text)
 
 
