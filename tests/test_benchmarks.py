@@ -81,7 +81,11 @@ def test_vs_first_compares_time_per_byte_only_between_rows_that_move_bytes() -> 
     case = Case(
         "32B",
         "",
-        [Run("ours", "mplex", {}), Run("theirs, a tenth", "pylibp2p", {}), Run("checkpoints", "checkpoint", {})],
+        [
+            Run("ours", "mplex", {}),
+            Run("theirs, a tenth", "pylibp2p", {}),
+            Run("checkpoints", "checkpoint", {}),
+        ],
     )
     case.results = {
         "ours": [{"seconds": 2.0, "bytes": 1000}],
