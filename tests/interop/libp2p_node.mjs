@@ -163,8 +163,18 @@ if (process.argv.includes('--bench-client')) {
   await node.dial(address)
   const result = await benchCases[option('case', 'small')](address, size, count, streams)
   print({ role: 'client', ...result, peak_rss: peakRss() })
-  const done = await node.dialProtocol(address, '/done/1.0.0')
-  await done.close()
+  // The server waits for this stream. js-libp2p's multistream-select once failed to
+  // negotiate it right after the quick 32 B case (UnexpectedEOFError): try again.
+  for (let attempt = 1; ; attempt++) {
+    try {
+      const done = await node.dialProtocol(address, '/done/1.0.0')
+      await done.close()
+      break
+    } catch (err) {
+      if (attempt === 5) throw err
+      await new Promise((resolve) => setTimeout(resolve, 100 * attempt))
+    }
+  }
   await node.stop()
   process.exit(0)
 }
