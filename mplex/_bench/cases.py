@@ -288,47 +288,37 @@ def perf_cases(scale: int) -> list[Case]:
     noise: this library's perf over our mplex, py-libp2p's own ``PerfService`` over its
     muxers."""
     ours, theirs = 100 * MB // scale, 10 * MB // scale  # theirs moves about 10 MB/s
+
+    def runs(args: dict[str, Any], theirs_args: dict[str, Any], metric: str, sized: str) -> list[Run]:
+        return [
+            Run("py-libp2p host, our mplex and perf", "host-ours", args, metric),
+            *[
+                Run(f"py-libp2p host, its {muxer} and perf{sized}", f"host-{muxer}", theirs_args, metric)
+                for muxer in ("mplex", "yamux")
+            ],
+        ]
+
     found = [
         Case(
             f"host perf {way}",
             f"py-libp2p hosts, TCP + noise: the perf protocol's {way} ({ours / MB:g} MB; "
             f"py-libp2p's own muxers {theirs / MB:g} MB)",
-            [
-                Run("py-libp2p host, our mplex and perf", "host-ours", {"case": f"perf-{way}", "size": ours}),
-                *[
-                    Run(
-                        f"py-libp2p host, its {muxer} and perf ({theirs / MB:g} MB)",
-                        f"host-{muxer}",
-                        {"case": f"perf-{way}", "size": theirs},
-                    )
-                    for muxer in ("mplex", "yamux")
-                ],
-            ],
+            runs(
+                {"case": f"perf-{way}", "size": ours},
+                {"case": f"perf-{way}", "size": theirs},
+                "seconds",
+                f" ({theirs / MB:g} MB)",
+            ),
         )
         for way in ("upload", "download")
     ]
     count = max(3, 100 // scale)
+    latency = {"case": "perf-latency", "count": count}
     found.append(
         Case(
             "host perf latency",
             f"py-libp2p hosts, TCP + noise: the perf protocol's latency, one byte each way, {count} runs",
-            [
-                Run(
-                    "py-libp2p host, our mplex and perf",
-                    "host-ours",
-                    {"case": "perf-latency", "count": count},
-                    "p50_us",
-                ),
-                *[
-                    Run(
-                        f"py-libp2p host, its {muxer} and perf",
-                        f"host-{muxer}",
-                        {"case": "perf-latency", "count": count},
-                        "p50_us",
-                    )
-                    for muxer in ("mplex", "yamux")
-                ],
-            ],
+            runs(latency, latency, "p50_us", ""),
         )
     )
     return found

@@ -44,12 +44,18 @@ def _ratio(a: float | None, b: float | None) -> tuple[float, float] | None:
     return None if a is None or b is None or b == 0 else (a / b, 0.0)
 
 
+def per_request_median(runs: Sequence[Mapping[str, Any]], key: str) -> float | None:
+    """The median of ``key`` (CPU seconds) per request over ``runs``; None unless every
+    run reports it."""
+    if not runs or not all(key in r for r in runs):
+        return None
+    return float(statistics.median(r[key] / r["requests"] for r in runs))
+
+
 def _cpu_per_request(suite: Sequence[CaseLike], label: str, key: str) -> float | None:
     for c in suite:
         if c.name == "request/response" and label in c.results:
-            runs = c.results[label]
-            if all(key in r for r in runs):
-                return float(statistics.median(r[key] / r["requests"] for r in runs))
+            return per_request_median(c.results[label], key)
     return None
 
 

@@ -22,7 +22,7 @@ from typing import Any
 import trio
 
 from mplex._bench.cases import MB, MIB, Case, Run, case_names, cases, unknown_cases
-from mplex._bench.report import Commentary, results_markdown, targets_text
+from mplex._bench.report import Commentary, per_request_median, results_markdown, targets_text
 from mplex._bench.runner import CHECKOUT, drop_unavailable, run_suite
 
 #: Where a run's JSON goes unless --json says: the checkout's results folder.  An
@@ -96,13 +96,10 @@ def cpu_per_request(results: list[dict[str, Any]]) -> str:
     """ ", CPU/request: client X us, server Y us" (medians), from what the peers report."""
     sides = []
     for side, key in (("client", "cpu_seconds"), ("server", "server_cpu_seconds")):
-        if all(key in r for r in results):
-            sides.append(f"{side} {median_per_request(results, key) * 1e6:.0f} us")
+        seconds = per_request_median(results, key)
+        if seconds is not None:
+            sides.append(f"{side} {seconds * 1e6:.0f} us")
     return f"; CPU/request: {', '.join(sides)}" if sides else ""
-
-
-def median_per_request(results: list[dict[str, Any]], key: str) -> float:
-    return float(statistics.median(r[key] / r["requests"] for r in results))
 
 
 HEADER = ["case", "implementation", "median", "vs first", "peak RSS MiB (client / server)"]
