@@ -66,6 +66,7 @@ class Connection:
             self.transport,
             self.throttle,
             self.log,
+            flush_now=self.writer.flush_now,
             flush_delay=config.max_flush_delay,
             close_timeout=config.close_timeout,
         )
@@ -205,6 +206,17 @@ class Connection:
         record = engine.open(name)
         self.settle()
         return MplexStream(self, record, self.config.max_send_frame_size)
+
+    def accept_nowait(self) -> MplexStream:
+        """The peer's next stream if one is waiting; ``trio.WouldBlock`` if none is yet;
+        why the connection ended once it has and none is left."""
+        if not self.engine.backlog:
+            if not self.life.running:
+                self.life.raise_ended()
+            raise trio.WouldBlock
+        stream = MplexStream(self, self.engine.accept(), self.config.max_send_frame_size)
+        self.throttle.recheck()  # an accepted stream may be what a paused reader waits for
+        return stream
 
     async def accept_stream(self) -> MplexStream:
         """The peer's next stream; raises why once the connection has ended."""

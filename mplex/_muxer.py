@@ -230,6 +230,18 @@ class Muxer:
         self._check_started()
         return await self._connection.accept_stream()
 
+    def accept_stream_nowait(self) -> MplexStream:
+        """The next stream the peer opened, if one is waiting; otherwise raises
+        ``trio.WouldBlock`` at once (like ``trio.MemoryReceiveChannel.receive_nowait``).
+
+        Not a checkpoint: a server that has just accepted one stream with
+        ``accept_stream`` can take the others that arrived with it without a scheduler
+        pass each.  Once the connection has ended and no stream waits, raises what
+        ``accept_stream`` raises.
+        """
+        self._check_started()
+        return self._connection.accept_nowait()
+
     def __aiter__(self) -> AsyncIterator[MplexStream]:
         """``async for stream in muxer``: inbound streams until the connection ends."""
         return self

@@ -45,7 +45,7 @@ async def serve_connection(
     """Serve one connection until it ends; return its (ended) muxer.
 
     Runs ``handler(stream)`` in a task of its own for every stream the peer opens.
-    When a handler returns, its stream is closed (``aclose``); when it raises, its
+    When a handler returns, its stream is closed (as ``aclose`` does); when it raises, its
     stream is reset, and the error is logged (at DEBUG if it is the stream or the
     connection ending under it, with a traceback at ERROR otherwise, for the first
     ``LOGGED_HANDLER_ERRORS`` of a connection, then only counted): the connection and
@@ -97,6 +97,9 @@ async def _serve_connection(
                     limiter.release()
                     break
                 handlers.start_soon(connection.serve_stream, handler, stream)
+                # The streams that arrived with it, without a scheduler pass each.
+                if not connection.start_waiting(handlers, handler):
+                    break
             # The connection has ended: handlers still running get close_timeout.
             handlers.cancel_scope.deadline = trio.current_time() + muxer.config.close_timeout
         nursery.cancel_scope.cancel()  # the idle watch
@@ -124,6 +127,21 @@ class _Connection:
         self.errors_logged = 0
         self.errors_unlogged = 0
 
+    def start_waiting(self, handlers: trio.Nursery, handler: StreamHandler) -> bool:
+        """Start a handler for each stream already waiting, while slots are free;
+        False once the connection has ended."""
+        limiter, muxer = self.limiter, self.muxer
+        while limiter.value:
+            try:
+                stream = muxer.accept_stream_nowait()
+            except trio.WouldBlock:
+                return True
+            except (MuxerClosed, ConnectionLost):
+                return False
+            limiter.acquire_nowait()
+            handlers.start_soon(self.serve_stream, handler, stream)
+        return True
+
     async def serve_stream(self, handler: StreamHandler, stream: MplexStream) -> None:
         self.running += 1
         try:
@@ -139,7 +157,7 @@ class _Connection:
                 self.errors_unlogged += 1
             stream.reset()
         else:
-            await stream.aclose()
+            stream.close()  # the task ends here: no checkpoint needed to close
         finally:
             self.running -= 1
             self.limiter.release()

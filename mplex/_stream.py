@@ -362,8 +362,13 @@ class MplexStream(trio.abc.HalfCloseableStream):
         the void (mplex has no "stop sending" frame); data that arrives later is
         answered with a Reset too.  Closes even when cancelled.
         """
-        self._host.close(self._record)
+        self.close()
         await trio.lowlevel.checkpoint()
+
+    def close(self) -> None:
+        """``aclose`` without the checkpoint, for synchronous code (like the ``close``
+        of trio's memory channels).  Idempotent."""
+        self._host.close(self._record)
 
     def reset(self) -> None:
         """Abort the stream in both directions and tell the peer.  Idempotent.

@@ -354,3 +354,50 @@ async def test_a_send_all_cancelled_before_it_starts_queues_nothing(writer: str)
             (Flag.MESSAGE_INITIATOR, b"after"),
             (Flag.CLOSE_INITIATOR, b""),
         ]
+
+
+async def test_input_from_the_peer_sends_what_a_gathering_writer_holds(
+    mock_clock: trio.testing.MockClock,
+) -> None:
+    """While the program stays busy the writer gathers until it idles; input from the
+    peer ends the wait, so answers to earlier input leave before the answers to this
+    one are made (a request/response server's replies do not pile up behind its work)."""
+    a, b = trio.testing.memory_stream_pair()
+    wire = CountingStream(a)
+    # The clock is frozen and a task keeps the program busy: neither the delay bound
+    # nor idleness can end the writer's wait here.
+    config = mplex.Config(max_flush_delay=60)
+    async with mplex.open_muxer(wire, config) as muxer, trio.open_nursery() as nursery:
+        peer = RawPeer(b)
+        stream = await muxer.open_stream()
+        await settle()
+        stream.send_nowait(b"first")  # wakes the writer, whose write yields...
+        for _ in range(20):
+            await trio.lowlevel.checkpoint()
+            if muxer.stats.writer == "writing":
+                break
+        stream.send_nowait(b"second")  # ...so this piles up, and it gathers next
+        spinning = True
+
+        async def keep_busy() -> None:
+            while spinning:
+                await trio.lowlevel.checkpoint()
+
+        nursery.start_soon(keep_busy)
+        for _ in range(50):
+            await trio.lowlevel.checkpoint()
+        assert muxer.stats.writer == "gathering"
+        held = len(wire.writes)
+        await peer.send(frame(7, Flag.NEW_STREAM, b"in"))
+        for _ in range(50):
+            await trio.lowlevel.checkpoint()
+            if len(wire.writes) > held:
+                break
+        assert len(wire.writes) > held, "the input did not end the writer's wait"
+        spinning = False
+        frames = await peer.receive_frames(3)
+        assert [(f.flag, f.data) for f in frames] == [
+            (Flag.NEW_STREAM, b"0"),
+            (Flag.MESSAGE_INITIATOR, b"first"),
+            (Flag.MESSAGE_INITIATOR, b"second"),
+        ]

@@ -60,6 +60,54 @@ async def test_no_more_handlers_run_than_max_inbound_streams(transport: Callable
 
 
 @over_every_transport
+async def test_streams_arriving_together_each_get_a_handler_within_the_limit(
+    transport: Callable[[], Any],
+) -> None:
+    """The streams of one read start their handlers together (no scheduler pass
+    each), still never more at once than max_inbound_streams: a handler counts until
+    it returns, even after its stream was reset."""
+    config = mplex.Config(max_inbound_streams=4)
+    backend = trio.Event()
+    running = most = 0
+    served: list[str] = []
+
+    async def handler(stream: mplex.MplexStream) -> None:
+        nonlocal running, most
+        running += 1
+        most = max(most, running)
+        await backend.wait()
+        served.append(stream.name)
+        running -= 1
+
+    async def open_together(client: mplex.Muxer, names: list[str]) -> list[mplex.MplexStream]:
+        opened: list[mplex.MplexStream] = []
+
+        async def open_one(name: str) -> None:
+            opened.append(await client.open_stream(name))
+
+        async with trio.open_nursery() as openers:  # queued in one pass: one write
+            for name in names:
+                openers.start_soon(open_one, name)
+        await settle()
+        return opened
+
+    async with transport() as (a, b), trio.open_nursery() as nursery:
+        nursery.start_soon(lambda: mplex.serve_connection(handler, a, config=config))
+        async with mplex.open_muxer(b) as client:
+            for stream in await open_together(client, ["r0", "r1"]):
+                stream.reset()  # their handlers still run, and still count
+            await settle()
+            await open_together(client, ["s0", "s1", "s2", "s3"])
+            assert running == most == config.max_inbound_streams
+            backend.set()
+            with trio.fail_after(10):
+                while len(served) < 6:
+                    await settle()
+        assert most == config.max_inbound_streams
+        assert sorted(served) == ["r0", "r1", "s0", "s1", "s2", "s3"]
+
+
+@over_every_transport
 async def test_handlers_still_running_when_the_connection_ends_are_cancelled(
     transport: Callable[[], Any],
 ) -> None:

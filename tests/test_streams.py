@@ -347,3 +347,61 @@ class TestClosed:
             ours = await left.open_stream()
             await left.aclose()
             assert ours.closed
+
+
+@over_every_transport
+class TestWithoutCheckpoints:
+    """``Muxer.accept_stream_nowait`` and ``MplexStream.close``: the synchronous forms,
+    for a server taking the streams that arrived together, and for code that cannot
+    await."""
+
+    async def test_accept_stream_nowait_takes_waiting_streams_in_order_then_would_block(
+        self, transport: Any
+    ) -> None:
+        async with muxer_pair(transport) as (left, right):
+            with pytest.raises(trio.WouldBlock):
+                right.accept_stream_nowait()
+            opened = [await left.open_stream(f"s{i}") for i in range(3)]
+            await opened[-1].send_all(b"last")
+            await settle()  # all three have arrived
+            first = await right.accept_stream()
+            rest = [right.accept_stream_nowait(), right.accept_stream_nowait()]
+            assert [s.name for s in [first, *rest]] == ["s0", "s1", "s2"]
+            with pytest.raises(trio.WouldBlock):
+                right.accept_stream_nowait()
+            assert await rest[-1].receive_some() == b"last"
+
+    async def test_accept_stream_nowait_after_the_end_raises_why(self, transport: Any) -> None:
+        async with muxer_pair(transport) as (left, right):
+            await left.open_stream()
+            await left.aclose()
+            with trio.fail_after(10):
+                await right.accept_stream()  # what arrived before the end is handed out
+                with pytest.raises(mplex.ConnectionLost):
+                    while True:
+                        right.accept_stream_nowait()
+                        await trio.lowlevel.checkpoint()
+            await right.aclose()
+            with pytest.raises(mplex.ConnectionLost):
+                right.accept_stream_nowait()
+
+    async def test_accept_stream_nowait_on_our_closed_muxer_is_muxer_closed(self, transport: Any) -> None:
+        async with muxer_pair(transport) as (_left, right):
+            await right.aclose()
+            with pytest.raises(mplex.MuxerClosed):
+                right.accept_stream_nowait()
+
+    async def test_close_is_aclose_without_a_checkpoint(self, transport: Any) -> None:
+        async with muxer_pair(transport) as (left, right):
+            stream = await left.open_stream()
+            await stream.send_all(b"bye")
+            stream.close()
+            stream.close()  # idempotent
+            with pytest.raises(trio.ClosedResourceError):
+                stream.send_nowait(b"late")
+            with pytest.raises(trio.ClosedResourceError):
+                await stream.receive_some()
+            peer = await right.accept_stream()
+            assert await read_all(peer) == b"bye"
+            await peer.aclose()
+            await stream.aclose()  # after close: fine

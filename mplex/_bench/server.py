@@ -10,40 +10,49 @@ arrives, close at EOF).
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import time
 
 import trio
 
 import mplex
-from mplex._bench.channel import emit, receive_exactly, secured, tls_context
+from mplex._bench.channel import emit, secured, tls_context
 
 
 async def serve_stream(stream: trio.abc.Stream) -> None:
+    """One stream (or raw connection), closed at the end."""
     try:
         await serve_stream_modes(stream)
     except trio.BrokenResourceError:
         pass  # the client went away mid-stream: that ends this stream, not the server
+    await stream.aclose()
 
 
 async def serve_stream_modes(stream: trio.abc.Stream) -> None:
-    mode = await stream.receive_some(1)
+    """What the first byte asks for.  The mode comes out of the first chunk read, as
+    the js peer takes it, so no mode costs a read of its own."""
+    first = await stream.receive_some()
+    mode, rest = first[:1], first[1:]
     if mode == b"S":
-        count = 0
+        count = len(rest)
         while data := await stream.receive_some():
             count += len(data)
         await stream.send_all(count.to_bytes(8, "big"))
     elif mode == b"L":
-        left = int.from_bytes(await receive_exactly(stream, 8), "big")
-        count = 0
+        head = rest
+        while len(head) < 8:
+            if not (data := await stream.receive_some()):
+                raise RuntimeError("the stream ended inside the length")
+            head += data
+        left, count = int.from_bytes(head[:8], "big"), len(head) - 8
         while count < left and (data := await stream.receive_some()):
             count += len(data)
         await stream.send_all(count.to_bytes(8, "big"))
     elif mode == b"E":
+        if rest:
+            await stream.send_all(rest)
         while data := await stream.receive_some():
             await stream.send_all(data)
-    await stream.aclose()
 
 
 #: Stream limits raised for the idle-streams case; every other limit is the default.
@@ -51,12 +60,8 @@ MANY_STREAMS = mplex.Config(max_inbound_streams=20_000, max_outbound_streams=20_
 
 
 async def serve_mplex(transport: trio.abc.Stream, config: mplex.Config = MANY_STREAMS) -> None:
-    async with mplex.open_muxer(transport, config) as muxer, trio.open_nursery() as nursery:
-        # A client that hangs up with our last frames unread makes its kernel reset the
-        # connection: the case is over by then (the client checks its own results).
-        with contextlib.suppress(trio.BrokenResourceError):
-            async for stream in muxer:
-                nursery.start_soon(serve_stream, stream)
+    """The library's own server loop: a handler task per stream, closed when it returns."""
+    await mplex.serve_connection(serve_stream_modes, transport, config=config)
 
 
 async def serve_floor(transport: trio.abc.Stream) -> None:
@@ -124,5 +129,5 @@ async def serve(impl: str, tls: bool, fast_path: bool = True) -> None:
 
 
 async def serve_stream_raw(conn: trio.abc.Stream) -> None:
-    """A raw connection: the first byte was consumed by the dispatcher; read the mode."""
+    """A raw connection: the first byte was consumed by the dispatcher; then as a stream."""
     await serve_stream(conn)
