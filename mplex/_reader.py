@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable
 
 import trio
 
@@ -44,7 +43,6 @@ class Reader:
         throttle: ReaderThrottle,
         log: ConnectionLog,
         *,
-        flush_now: Callable[[], None],
         flush_delay: float,
         close_timeout: float,
     ) -> None:
@@ -52,7 +50,6 @@ class Reader:
         self._engine = engine
         self._transport = transport
         self._throttle = throttle
-        self._flush_now = flush_now
         self._flush_delay = flush_delay
         self._close_timeout = close_timeout
         #: What the reader task is doing (``MuxerStats.reader``).
@@ -192,11 +189,6 @@ class Reader:
         engine = self._engine
         engine.tracing = tracing = logger.isEnabledFor(logging.DEBUG)  # one check per read
         try:
-            if engine.outbox.gathering:
-                # New input while the writer waits for the program to idle: what
-                # was queued answers earlier input, so it leaves now rather than
-                # wait for the answers to this input too.
-                self._flush_now()
             if data is None:
                 engine.resume(trio.current_time())
             else:
