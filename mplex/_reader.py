@@ -84,7 +84,9 @@ class Reader:
             # A borrower moves the reader aside through this context (over the generic
             # path, by cancelling it), which it does only while the reader waits.
             with transport.reading():
-                while transport.borrower is None and conn.running:
+                # Input that a receiving task read and left part of (``engine.pending``)
+                # is the reader's to finish before it reads again.
+                while transport.borrower is None and conn.running and not engine.pending:
                     if throttle.should_pause():
                         self.paused(True)
                         try:

@@ -12,6 +12,7 @@ borrows the turn, and the writer is not disturbed.
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
@@ -37,11 +38,12 @@ over_every_transport = pytest.mark.parametrize("transport", list(EVERY))
 
 @contextlib.asynccontextmanager
 async def muxer_with_raw_peer(
-    transport: str = "tcp", buffer_size: int | None = None
+    transport: str = "tcp", buffer_size: int | None = None, config: mplex.Config | None = None
 ) -> AsyncIterator[tuple[mplex.Muxer, RawPeer]]:
     """A running muxer over ``transport`` (or over loopback TCP with small kernel
     buffers), its far end a raw-frame peer."""
-    name, config = EVERY.get(transport, (transport, mplex.Config()))
+    name, default = EVERY.get(transport, (transport, mplex.Config()))
+    config = config or default
     if buffer_size is None:
         pair: contextlib.AbstractAsyncContextManager[tuple[trio.abc.Stream, trio.abc.Stream]]
         pair = TRANSPORTS[name]()
@@ -106,6 +108,28 @@ async def test_the_waiting_receiver_is_woken_by_the_transport_not_by_the_reader_
             while not steps.steps:
                 await trio.testing.wait_all_tasks_blocked()
         trio.lowlevel.remove_instrument(steps)
+
+
+async def test_the_part_of_a_borrowed_read_left_for_later_is_dispatched_by_the_reader_task() -> None:
+    """A read can hold more frames than one step dispatches (``frames_per_yield``).
+    When a receiving task made that read, the rest is the reader task's to dispatch,
+    even though nothing more arrives and the reader task was waiting on the socket."""
+    config = mplex.Config(frames_per_yield=8)
+    async with muxer_with_raw_peer("tcp", config=config) as (muxer, peer):
+        streams = [await peer_opened_stream(muxer, peer, i) for i in range(2)]
+        await trio.testing.wait_all_tasks_blocked()  # the reader task waits on the socket
+        assert muxer.stats.reader == "waiting"
+        # Frames for two streams, alternating (so that none are merged on receipt),
+        # straight into the kernel: the reader task cannot see them before the next
+        # scheduler pass, so this task's receive_some borrows the turn and reads them.
+        frames = [frame(i % 2, Flag.MESSAGE_INITIATOR, bytes([i // 2])) for i in range(200)]
+        os.write(peer.stream.socket.fileno(), b"".join(frames))  # type: ignore[attr-defined]
+        with trio.fail_after(10):
+            for stream in streams:
+                got = b""
+                while len(got) < 100:
+                    got += await stream.receive_some()
+                assert got == bytes(range(100))
 
 
 @over_lending_transports
