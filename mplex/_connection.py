@@ -66,6 +66,7 @@ class Connection:
             self.transport,
             self.throttle,
             self.log,
+            flush_now=self.writer.flush_now,
             flush_delay=config.max_flush_delay,
             close_timeout=config.close_timeout,
         )

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Callable
 
 import trio
 
@@ -43,6 +44,7 @@ class Reader:
         throttle: ReaderThrottle,
         log: ConnectionLog,
         *,
+        flush_now: Callable[[], None],
         flush_delay: float,
         close_timeout: float,
     ) -> None:
@@ -50,6 +52,9 @@ class Reader:
         self._engine = engine
         self._transport = transport
         self._throttle = throttle
+        # Where a write costs one system call, input ends the writer's wait for
+        # idleness (see ``_feed``); elsewhere (TLS, noise) a write costs too much more.
+        self._flush_on_input = flush_now if transport.writes_without_waiting else None
         self._flush_delay = flush_delay
         self._close_timeout = close_timeout
         #: What the reader task is doing (``MuxerStats.reader``).
@@ -191,6 +196,11 @@ class Reader:
         engine = self._engine
         engine.tracing = tracing = logger.isEnabledFor(logging.DEBUG)  # one check per read
         try:
+            if engine.outbox.gathering and self._flush_on_input is not None:
+                # The writer waits for the program to idle, but what is queued answers
+                # earlier input: it leaves now, and the peer works on it meanwhile,
+                # instead of when the answers to this input are made too.
+                self._flush_on_input()
             if data is None:
                 engine.resume(trio.current_time())
             else:

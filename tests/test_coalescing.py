@@ -354,3 +354,49 @@ async def test_a_send_all_cancelled_before_it_starts_queues_nothing(writer: str)
             (Flag.MESSAGE_INITIATOR, b"after"),
             (Flag.CLOSE_INITIATOR, b""),
         ]
+
+
+async def test_over_the_socket_path_input_sends_what_a_gathering_writer_holds(
+    mock_clock: trio.testing.MockClock,
+) -> None:
+    """While the program stays busy the writer gathers until it idles; over the socket
+    path input from the peer ends that wait, so answers to earlier input leave while
+    the program works on the new one (the peer is not left idle meanwhile)."""
+    ours, theirs = await tcp_streams()
+    # The clock is frozen and a task keeps the program busy: neither the delay bound
+    # nor idleness can end the writer's wait here.
+    config = mplex.Config(max_flush_delay=60)
+    async with mplex.open_muxer(ours, config) as muxer, trio.open_nursery() as nursery:
+        assert muxer.uses_socket_fast_path
+        peer = RawPeer(theirs)
+        stream = await muxer.open_stream()
+        await settle()
+        spinning = True
+
+        async def keep_busy() -> None:
+            while spinning:
+                await trio.lowlevel.checkpoint()
+
+        nursery.start_soon(keep_busy)
+        sent = 0
+        for _ in range(200):  # until frames pile up during a write, and the writer gathers
+            stream.send_nowait(b"m")
+            sent += 1
+            await trio.lowlevel.checkpoint()
+            if muxer.stats.writer == "gathering":
+                break
+        for _ in range(50):
+            await trio.lowlevel.checkpoint()
+        assert muxer.stats.writer == "gathering"
+        await peer.send(frame(7, Flag.NEW_STREAM, b"in"))
+        for _ in range(200):
+            await trio.lowlevel.checkpoint()
+            if muxer.stats.writer != "gathering":
+                break
+        assert muxer.stats.writer != "gathering", "the input did not end the writer's wait"
+        spinning = False
+        frames = await peer.receive_frames(1 + sent)
+        assert [(f.flag, f.data) for f in frames] == [(Flag.NEW_STREAM, b"0")] + [
+            (Flag.MESSAGE_INITIATOR, b"m")
+        ] * sent
+    await theirs.aclose()

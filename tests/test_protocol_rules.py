@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from mplex import Config, Flag, MplexError, ProtocolError
-from mplex._engine.engine import Engine
+from mplex._engine.engine import ARRIVALS_PER_STEP, Engine
 from mplex._engine.record import Broken, StreamRecord
 from mplex._engine.states import Direction, StreamState
 from tests.helpers import frame
@@ -224,6 +224,31 @@ class TestWorkPerInput:
         while engine.pending:
             engine.resume(0.0)
         assert record.unread.size == 50
+
+    def test_one_input_opens_at_most_arrivals_per_step_streams_at_a_time(self) -> None:
+        """A read full of requests starts their handlers in groups, so the replies of
+        one group can leave while the next is worked on."""
+        engine = Engine(Config())
+        count = 2 * ARRIVALS_PER_STEP + 5
+        requests = (frame(i, Flag.NEW_STREAM) + frame(i, Flag.MESSAGE_INITIATOR, b"q") for i in range(count))
+        engine.receive(b"".join(requests), 0.0)
+        assert len(engine.backlog) == ARRIVALS_PER_STEP and engine.pending
+        steps = 1
+        while engine.pending:
+            engine.resume(0.0)
+            steps += 1
+        assert steps == 3
+        assert [r.id for r in engine.backlog] == list(range(count))
+        assert all(r.unread.size == 1 for r in engine.backlog)  # no frame lost or repeated
+
+    def test_frames_before_a_broken_one_are_all_acted_on_however_many_streams_they_open(self) -> None:
+        engine = Engine(Config(max_message_size=100))
+        count = ARRIVALS_PER_STEP + 5
+        opening = b"".join(frame(i, Flag.NEW_STREAM) for i in range(count))
+        too_long = frame(0, Flag.MESSAGE_INITIATOR, b"x" * 101)
+        with pytest.raises(ProtocolError):
+            engine.receive(opening + too_long, 0.0)
+        assert len(engine.backlog) == count and not engine.pending
 
 
 class TestEnding:

@@ -45,6 +45,13 @@ _OPEN, _ENDED, _RESET, _LOST, _CLOSED = (
 _RECEIVABLE = frozenset({StreamState.OPEN, StreamState.LOCAL_CLOSED})
 
 
+#: New streams one step of input dispatches; the rest of the input waits for the next
+#: step.  A server's handlers then start in groups, and the replies of one group can
+#: leave while the next is worked on, instead of all of a read's replies together,
+#: which leaves the peer idle meanwhile.
+ARRIVALS_PER_STEP = 32
+
+
 class Engine:
     """One connection's protocol state: see the module docstring."""
 
@@ -97,6 +104,8 @@ class Engine:
         self.control_queued = 0
         #: Unread bytes were dropped (a reader paused for the buffers may go on).
         self.released = False
+        #: Frames of the last input held back for ``resume`` (``ARRIVALS_PER_STEP``).
+        self._held: list[RawFrame] = []
         #: While True, the frames of each input are kept in ``traced`` (for a log of
         #: every frame): the layer above sets it and empties the list.
         self.tracing = False
@@ -107,7 +116,7 @@ class Engine:
     @property
     def pending(self) -> bool:
         """True while part of the last input waits for ``resume`` (``frames_per_yield``)."""
-        return self.decoder.pending
+        return self.decoder.pending or bool(self._held)
 
     def absorb(self, data: bytes | bytearray) -> bool:
         """Keep ``data`` if it only continues the body of the frame in progress without
@@ -127,20 +136,30 @@ class Engine:
             return
         self.counters.bytes_received += len(data)
         decoder = self.decoder
-        while decoder.pending:  # the rest of an earlier input comes first
-            self._decoded(decoder.resume_raw(), now)
+        while self.pending:  # the rest of an earlier input comes first
+            self.resume(now)
         try:
             frames = decoder.feed_raw(data)
         except ProtocolError as exc:
-            self._dispatch(exc.decoded, now)
+            self._decoded(exc.decoded, now)
+            while self._held:  # every frame before the offending one is acted on
+                self.resume(now)
             raise
-        self._dispatch(frames, now)
+        self._decoded(frames, now)
 
     def resume(self, now: float) -> None:
-        """The next ``Config.frames_per_yield`` frames of an input left ``pending``."""
-        self._decoded(self.decoder.resume_raw(), now)
+        """The next part of an input left ``pending``: the frames held back after
+        ``ARRIVALS_PER_STEP`` new streams, or the next ``Config.frames_per_yield``."""
+        if self._held:
+            frames, self._held = self._held, []
+            self._dispatch(frames, now)
+        else:
+            self._decoded(self.decoder.resume_raw(), now)
 
     def _decoded(self, frames: list[RawFrame], now: float) -> None:
+        """Frames fresh from the decoder (held frames were traced already)."""
+        if self.tracing:
+            self.traced.extend(frames)
         self._dispatch(frames, now)
 
     def input_cut(self) -> int:
@@ -148,10 +167,10 @@ class Engine:
         return self.decoder.buffered
 
     def _dispatch(self, frames: list[RawFrame], now: float) -> None:
-        if self.tracing:
-            self.traced.extend(frames)
         streams = self.streams
-        for header, body in frames:
+        arrivals = 0
+        rest = iter(frames)
+        for header, body in rest:
             flag = header & 7
             record = streams.get((header >> 3) << 1 | (header & 1))
             if 0 < flag <= _MESSAGE_INITIATOR:
@@ -163,6 +182,10 @@ class Engine:
                     self._dropped(header, record, now)
             elif flag == _NEW_STREAM:
                 self._new_stream(header >> 3, body, now)
+                arrivals += 1
+                if arrivals == ARRIVALS_PER_STEP:
+                    self._held = list(rest)  # for the next step (see ARRIVALS_PER_STEP)
+                    return
             else:
                 reset = flag >= _RESET_RECEIVER
                 if reset:
