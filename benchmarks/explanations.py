@@ -93,17 +93,21 @@ EXPLANATIONS: dict[str, str] = {
         "whole stream to cost less than one send and one receive on an open connection."
     ),
     "request/response, a stream per request, vs js-libp2p mplex (req/s)": (
-        "Both processes are near one full core each in this case, so requests per second "
-        "follow CPU per request. This run: ours 7,057 req/s at 106 us (client) and 136 us "
-        "(server) of CPU a request, js-libp2p's mplex 7,066 req/s at 131 and 118 us; a "
-        "run of this case alone the same day (`python -m benchmarks request/response "
-        "--runs 3`) gave 7,954 against 6,861 req/s (1.16x). 2x would need about 55 us a "
-        "side, what one send and one receive on a persistent raw connection cost here "
-        "(54 and 54 us, 17,798 req/s): a whole stream (open, send, half-close, read to "
-        "EOF, close, and on the server an accept and a handler task) for the price of "
-        "the raw connection's two calls. The per-call paths are short already (about 280 "
-        "Python calls a request on the client, half of them trio's scheduler); what is "
-        "left is the stream's lifecycle itself."
+        "This run: ours 9,042 req/s at 83 us (client) and 86 us (server) of CPU a "
+        "request, js-libp2p's mplex 7,631 req/s at 124 and 109 us (the last full run, "
+        "before the changes of 2026-12-04: 7,057 against 7,066 req/s, at 106 and 136 us "
+        "of ours). Two things set the rate. CPU per request: 2x would need about 55 us "
+        "a side, what one send and one receive on a persistent raw connection cost here "
+        "(55 and 53 us): a whole stream (open, send, half-close, read to EOF, close, and "
+        "on the server an accept and a handler task) for the price of the raw "
+        "connection's two calls. And the pipeline: each side reads a batch of requests "
+        "(or replies), its tasks step through them together, and their answers leave "
+        "together, so each side can wait for the other's batch. A reader that starts at "
+        "most 32 new streams a step, and, over the socket path, input that ends the "
+        "writer's wait for idleness, make the replies of one group leave while the next "
+        "is worked on (A/B against the code before, 3 turns: 0.93x the time). In this "
+        "run the client was busy 75% of the measured time (83 us of CPU in 111 us a "
+        "request), so part of what is missing is still waiting, not CPU."
     ),
     "request/response client CPU per request vs a persistent raw connection's": (
         "A stream per request takes the client six trio checkpoints (open_stream, "
@@ -114,11 +118,14 @@ EXPLANATIONS: dict[str, str] = {
     ),
     "request/response server CPU per request vs a persistent raw connection's": (
         "The server runs a task per stream (as every mplex server that hands streams to "
-        "handlers must): the spawn, the accept, and the handler's five checkpoints "
-        "(read the mode byte, read the request, send the reply, read EOF, aclose), where "
-        "a raw connection's server does one receive and one send per request. The server "
-        "is also the side that waits: it runs about one scheduler batch per request "
-        "(20,029 for 20,000 under cProfile), each with its own epoll wait and write."
+        "handlers must): the spawn, and the handler's three checkpoints (read the "
+        "request, send the reply, read EOF), where a raw connection's server does one "
+        "receive and one send per request. serve_connection, which the benchmark server "
+        "uses, starts the handlers of the streams that arrived together without a "
+        "scheduler pass each and closes a handler's stream as its task ends: 4.2 task "
+        "steps a request under cProfile, against 7.8 with the accept loop of the code "
+        "before (A/B, 3 turns: server CPU per request 0.67x-0.68x). In this run 86 us "
+        "against the raw connection's 53 us: 1.62x, at the limit."
     ),
     "host 32 B writes vs a js-libp2p node pair (throughput)": (
         "Most of each write through a py-libp2p host is py-libp2p's NetStream, which "
@@ -178,6 +185,8 @@ EXPLANATIONS: dict[str, str] = {
         "libp2p users run) 1.00x. Lending the reader's turn over TLS was tried and "
         "turned off (15ad14e): SSLStream takes an internal lock before it reads, so "
         "moving the reader aside costs more passes than the lender's wake-up saves."
+        " In the run of 2026-12-04 the raw SSLStream's p50 was 305 us (496 us in the "
+        "run before) and ours 638 us (598 us): the baseline moved, not the muxer."
     ),
     "TLS bulk 64 KiB vs raw trio SSLStream (throughput)": (
         "The receiver is the limit: `python -m benchmarks.probe_tls_receive` (384 MiB in "

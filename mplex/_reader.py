@@ -4,7 +4,7 @@ The reader task reads the transport and hands each chunk to the engine, which de
 it and changes the stream records; the connection then wakes whoever the change
 concerns (``ReaderHost.settle``).  Between reads it applies the slow-reader policy
 (``ReaderThrottle``), and it dispatches at most ``Config.frames_per_yield`` frames
-before it yields, whatever a read holds.
+(and ``ARRIVALS_PER_STEP`` new streams) before it yields, whatever a read holds.
 
 A task waiting in ``MplexStream.receive_some`` while nothing is buffered may read the
 transport itself (``receive_for``): see the read turn in ``mplex._transport``.  Both

@@ -17,6 +17,9 @@ When to write is the flush policy:
   waits until the program goes idle (``wait_for_idle``), then takes the whole buffer.
 * Two bounds keep that honest: the writer is woken early once ``FLUSH_AT`` bytes are
   queued, and never waits longer than ``Config.max_flush_delay`` for idleness.
+* Over the socket path, input from the peer ends the wait too (the reader calls
+  ``flush_now``): what is queued answers earlier input, and the peer may be idle
+  until it arrives.
 
 Senders wait (``wait_for_room``) while ``send_high_water`` bytes or more are queued, so
 memory stays bounded and the transport's backpressure reaches every sender.
