@@ -9,6 +9,8 @@ The caller passes the time in; nothing here reads a clock.
 
 from __future__ import annotations
 
+from .errors import ProtocolError
+
 __all__ = ["SlidingBudget"]
 
 
@@ -36,6 +38,15 @@ class SlidingBudget:
             elapsed = now - self._start
         self._current += 1
         return self.estimate(now) <= self.limit
+
+    def spend(self, now: float) -> None:
+        """``add``, raising ``ProtocolError`` (naming the budget's setting) once it is
+        exceeded."""
+        if not self.add(now):
+            raise ProtocolError(
+                f"abuse budget exceeded: more than {self.limit} events counted by "
+                f"Config.{self.name} within {self.window:g} s"
+            )
 
     def estimate(self, now: float) -> float:
         """Events in the window ending at ``now`` (previous bucket weighted by overlap)."""

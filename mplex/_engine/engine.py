@@ -175,7 +175,7 @@ class Engine:
             record = streams.get((header >> 3) << 1 | (header & 1))
             if 0 < flag <= _MESSAGE_INITIATOR:
                 if not body:  # ignored on receipt (spec 5.9): nothing to store or wake
-                    self._spend(self.ignored_budget, now)
+                    self.ignored_budget.spend(now)
                 elif record is not None and record.can_receive:
                     self._deliver(record, body)
                 elif record is None or not self._late_data(record):
@@ -190,12 +190,12 @@ class Engine:
                 reset = flag >= _RESET_RECEIVER
                 if reset:
                     self.counters.resets_received += 1
-                    self._spend(self.reset_budget, now)
+                    self.reset_budget.spend(now)
                 if record is None:
                     self._dropped(header, record, now)
                 elif not (self._remote_reset(record) if reset else self._remote_close(record)):
                     self.counters.frames_dropped += 1
-                    self._spend(self.ignored_budget, now)  # a repeated Close
+                    self.ignored_budget.spend(now)  # a repeated Close
 
     def _deliver(self, record: StreamRecord, body: bytes) -> None:
         unread = record.unread
@@ -244,9 +244,9 @@ class Engine:
         free.  Frames for a stream that never existed are spent from ``unknown_budget``."""
         self.counters.frames_dropped += 1
         if record is not None or self.table.finished(header):
-            self._spend(self.ignored_budget, now)
+            self.ignored_budget.spend(now)
         else:
-            self._spend(self.unknown_budget, now)
+            self.unknown_budget.spend(now)
 
     def _new_stream(self, stream_id: int, name: bytes, now: float) -> None:
         """The peer opens ``stream_id``: to the backlog, or refused with a Reset when a
@@ -257,7 +257,7 @@ class Engine:
             raise ProtocolError(f"NewStream for stream {stream_id}, which the peer already has open")
         config, table = self.config, self.table
         if table.inbound >= config.max_inbound_streams or len(table.backlog) >= config.accept_backlog:
-            self._spend(self.refused_budget, now)
+            self.refused_budget.spend(now)
             table.remember(key)
             self.counters.streams_refused += 1
             self._control(stream_id, Flag.RESET_RECEIVER)
@@ -268,14 +268,6 @@ class Engine:
             record.refresh()
         table.add_theirs(record)
         self.arrived = True
-
-    def _spend(self, budget: SlidingBudget, now: float) -> None:
-        """Count one event against ``budget``; ``ProtocolError`` once it is exhausted."""
-        if not budget.add(now):
-            raise ProtocolError(
-                f"abuse budget exceeded: more than {budget.limit} events counted by "
-                f"Config.{budget.name} within {budget.window:g} s"
-            )
 
     # -- the program's actions --------------------------------------------------------------
 
