@@ -115,7 +115,8 @@ class Engine:
 
     @property
     def pending(self) -> bool:
-        """True while part of the last input waits for ``resume`` (``frames_per_yield``)."""
+        """True while part of the last input waits for ``resume`` (``frames_per_yield``,
+        ``ARRIVALS_PER_STEP``)."""
         return self.decoder.pending or bool(self._held)
 
     def absorb(self, data: bytes | bytearray) -> bool:
