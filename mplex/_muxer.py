@@ -48,6 +48,7 @@ from ._engine.config import Config
 from ._engine.states import ConnectionState
 from ._engine.stats import MuxerStats
 from ._engine.wire import name_bytes
+from ._protection import protected
 from ._stream import MplexStream
 from ._unwrapping import unwrapped
 
@@ -124,6 +125,7 @@ class Muxer:
 
     # -- running and closing ---------------------------------------------------------------
 
+    @protected
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Run the reader and writer until the connection ends.
 
@@ -139,6 +141,7 @@ class Muxer:
         self._started = True
         await self._connection.run(task_status)
 
+    @protected
     async def aclose(self) -> None:
         """Flush queued frames, close the transport, and end every stream.
 
@@ -171,6 +174,7 @@ class Muxer:
                 if not self._started:
                     connection.finished()  # run() would have, had it been called
 
+    @protected
     async def __aenter__(self) -> Muxer:
         """``async with Muxer(transport) as muxer:`` runs it for the block, like
         ``open_muxer``; a muxer already running is just closed on exit.  A muxer is
@@ -189,6 +193,7 @@ class Muxer:
             await self._own_run.__aenter__()
         return self
 
+    @protected
     async def __aexit__(self, *exc_info: Any) -> bool | None:
         """Close the muxer: see ``aclose``."""
         own, self._own_run = self._own_run, None
@@ -206,6 +211,7 @@ class Muxer:
                 "`async with mplex.Muxer(transport)`, or `await nursery.start(muxer.run)`"
             )
 
+    @protected
     async def open_stream(self, name: str | bytes | None = None) -> MplexStream:
         """Open a new stream; ``name`` is sent to the peer (default: the stream number).
 
@@ -219,6 +225,7 @@ class Muxer:
         self._check_started()
         return await self._connection.open_stream(raw)
 
+    @protected
     async def accept_stream(self) -> MplexStream:
         """Wait for the next stream the peer opens.
 
@@ -230,6 +237,7 @@ class Muxer:
         self._check_started()
         return await self._connection.accept_stream()
 
+    @protected
     def accept_stream_nowait(self) -> MplexStream:
         """The next stream the peer opened, if one is waiting; otherwise raises
         ``trio.WouldBlock`` at once (like ``trio.MemoryReceiveChannel.receive_nowait``).
@@ -246,6 +254,7 @@ class Muxer:
         """``async for stream in muxer``: inbound streams until the connection ends."""
         return self
 
+    @protected
     async def __anext__(self) -> MplexStream:
         """The next inbound stream; the iteration ends when the connection does, for
         whatever reason (``end_reason`` and ``end_error`` then say why)."""
@@ -270,6 +279,7 @@ def open_muxer(
 
 
 @contextlib.asynccontextmanager
+@protected
 async def _open_running(muxer: Muxer) -> AsyncIterator[Muxer]:
     """Run ``muxer`` in a nursery of its own for the block; close it on exit.  What the
     block raises leaves as itself, not wrapped in the nursery's group (``_unwrapping``)."""

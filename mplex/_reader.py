@@ -28,6 +28,7 @@ from ._engine.errors import ProtocolError
 from ._engine.record import StreamRecord
 from ._host import ReaderHost
 from ._logging import ConnectionLog, logger
+from ._protection import protected
 from ._throttle import ReaderThrottle
 from ._transport import Transport
 
@@ -66,6 +67,7 @@ class Reader:
 
     # -- the reader task ----------------------------------------------------------------------
 
+    @protected
     async def run(self, conn: ReaderHost) -> None:
         """The reader task: reads whenever no receiving task holds the read turn,
         hands what it read to the engine, and pauses for the slow-reader policy."""

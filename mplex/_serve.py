@@ -21,6 +21,7 @@ from ._engine.multistream import NegotiationError
 from ._engine.wire import PROTOCOL_ID
 from ._logging import ConnectionLog, logger
 from ._muxer import Muxer
+from ._protection import protected
 from ._select import accept_protocol
 from ._stream import MplexStream
 from ._unwrapping import unwrapped
@@ -77,6 +78,7 @@ async def serve_connection(
         return await _serve_connection(handler, muxer, negotiate=negotiate, idle_timeout=idle_timeout)
 
 
+@protected  # the accept loop; each handler runs in a task of its own, unprotected
 async def _serve_connection(
     handler: StreamHandler, muxer: Muxer, *, negotiate: bool, idle_timeout: float | None
 ) -> Muxer | None:

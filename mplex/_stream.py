@@ -34,6 +34,7 @@ from ._engine.record import StreamRecord
 from ._engine.states import Direction
 from ._guard import ConflictGuard
 from ._host import StreamHost
+from ._protection import protected, protected_if_free
 
 __all__ = ["Buffer", "MplexStream"]
 
@@ -141,6 +142,7 @@ class MplexStream(trio.abc.HalfCloseableStream):
 
     # -- sending ---------------------------------------------------------------------------
 
+    @protected_if_free
     def send_nowait(self, data: Buffer) -> None:
         """Queue ``data`` for sending without yielding.
 
@@ -186,6 +188,7 @@ class MplexStream(trio.abc.HalfCloseableStream):
             raise self._host.send_error(self._record)
         raise trio.WouldBlock
 
+    @protected
     async def send_all(self, data: Buffer) -> None:
         """See `trio.abc.SendStream.send_all`.
 
@@ -284,6 +287,7 @@ class MplexStream(trio.abc.HalfCloseableStream):
     def _queue_frames(self, view: memoryview) -> None:
         self._host.queued(self._host.append_frames(self._record, view))
 
+    @protected
     async def wait_send_all_might_not_block(self) -> None:
         """See `trio.abc.SendStream.wait_send_all_might_not_block`."""
         with self._send_guard:
@@ -294,6 +298,7 @@ class MplexStream(trio.abc.HalfCloseableStream):
             if not self._record.can_send:
                 raise self._host.send_error(self._record)
 
+    @protected
     async def send_eof(self) -> None:
         """See `trio.abc.HalfCloseableStream.send_eof`: sends an mplex Close."""
         guard = self._send_guard  # inlined like send_all's: called once per request
@@ -309,6 +314,7 @@ class MplexStream(trio.abc.HalfCloseableStream):
 
     # -- receiving -------------------------------------------------------------------------
 
+    @protected
     async def receive_some(self, max_bytes: int | None = None) -> bytes:
         """See `trio.abc.ReceiveStream.receive_some`.
 
@@ -354,6 +360,7 @@ class MplexStream(trio.abc.HalfCloseableStream):
 
     # -- closing ---------------------------------------------------------------------------
 
+    @protected
     async def aclose(self) -> None:
         """See `trio.abc.AsyncResource.aclose`: closes both directions.
 
@@ -365,11 +372,13 @@ class MplexStream(trio.abc.HalfCloseableStream):
         self.close()
         await trio.lowlevel.checkpoint()
 
+    @protected
     def close(self) -> None:
         """``aclose`` without the checkpoint, for synchronous code (like the ``close``
         of trio's memory channels).  Idempotent."""
         self._host.close(self._record)
 
+    @protected
     def reset(self) -> None:
         """Abort the stream in both directions and tell the peer.  Idempotent.
 

@@ -38,6 +38,7 @@ from ._engine.outbox import NEVER
 from ._engine.record import StreamRecord
 from ._idle import wait_for_idle
 from ._logging import ConnectionLog, logger
+from ._protection import protected
 from ._transport import Transport
 
 __all__ = ["FLUSH_AT", "QUIET", "Writer"]
@@ -213,6 +214,7 @@ class Writer:
             outbox.wake_at = NEVER
             return outbox.take()
 
+    @protected
     async def run(self, write_failed: Callable[[Exception], Awaitable[None]]) -> None:
         """The writer task: write batches until a write fails, then await
         ``write_failed(error)``."""
