@@ -179,14 +179,18 @@ class Reader:
         connection has ended (``b""`` is the end of the input)."""
         if not conn.running:
             return False
-        if self._linger_scope is None and self._engine.absorb(data):
-            return True  # the middle of a large frame: nothing to dispatch, nobody to wake
-        if not data:
+        engine = self._engine
+        if self._linger_scope is None and engine.absorb(data):
+            conn.settle()  # the middle of a large frame: nothing to dispatch
+        elif not data:
             self._input_ended(conn)
             return False
-        if self._linger_scope is not None:
-            self.input_progressed()
-        return self._feed(conn, data)
+        else:
+            if self._linger_scope is not None:
+                self.input_progressed()
+            if not self._feed(conn, data):
+                return False
+        return True
 
     def _resume(self, conn: ReaderHost) -> bool:
         """The next part of an input that held more than ``Config.frames_per_yield``."""

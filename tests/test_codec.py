@@ -261,6 +261,44 @@ class TestAbsorb:
         assert decoder.offset == len(wire)
 
 
+class TestPassOn:
+    """``Decoder.body_header`` and ``pass_on``: the middle of a body handed on as it came."""
+
+    @given(st.lists(frame_strategy, max_size=20), st.data())
+    @settings(max_examples=100)
+    def test_passing_on_where_it_can_delivers_exactly_what_feeding_does(
+        self, frames: list[tuple[int, Flag, bytes]], data: st.DataObject
+    ) -> None:
+        """Each stream's Message bytes, in order, and the frame count are the same."""
+        wire = b"".join(Encoder().frame(i, f, b) for i, f, b in frames)
+        cuts = sorted(set(data.draw(st.lists(st.integers(0, len(wire)), max_size=30))))
+        decoder, reference = Decoder(), Decoder()
+        got: dict[int, bytes] = {}
+        expected: dict[int, bytes] = {}
+
+        def take(into: dict[int, bytes], header: int, body: bytes) -> None:
+            if 0 < header & 7 <= 2:
+                into[header] = into.get(header, b"") + body
+
+        start = 0
+        for cut in [*cuts, len(wire)]:
+            chunk = wire[start:cut]
+            start = cut
+            for f in reference.feed(chunk):
+                take(expected, f.header, f.data)
+            header = decoder.body_header(chunk)
+            if header >= 0:
+                kept = decoder.pass_on(chunk)
+                take(got, header, (kept or b"") + chunk)
+            else:
+                for f in decoder.feed(chunk):
+                    take(got, f.header, f.data)
+        assert got == expected
+        assert decoder.frames_decoded == reference.frames_decoded == len(frames)
+        assert decoder.buffered == 0
+        assert decoder.offset == len(wire)
+
+
 class TestFramesPerFeed:
     """``frames_per_feed`` bounds the frames one call decodes; the rest waits, unparsed,
     for ``resume_raw``, and nothing is lost or reordered."""

@@ -9,9 +9,10 @@ The caller passes the time in; nothing here reads a clock.
 
 from __future__ import annotations
 
+from .config import Config
 from .errors import ProtocolError
 
-__all__ = ["SlidingBudget"]
+__all__ = ["AbuseBudgets", "SlidingBudget"]
 
 
 class SlidingBudget:
@@ -52,3 +53,22 @@ class SlidingBudget:
         """Events in the window ending at ``now`` (previous bucket weighted by overlap)."""
         overlap = max(0.0, 1.0 - (now - self._start) / self.window)
         return self._previous * overlap + self._current
+
+
+class AbuseBudgets:
+    """One connection's budgets, each named after the ``Config`` setting that sets it."""
+
+    __slots__ = ("ignored", "refused", "reset", "unknown")
+
+    def __init__(self, config: Config) -> None:
+        def budget(name: str) -> SlidingBudget:
+            return SlidingBudget(name, getattr(config, name), config.abuse_window)
+
+        #: Frames for streams that never existed.
+        self.unknown = budget("max_unknown_stream_frames")
+        #: Streams we had to refuse.
+        self.refused = budget("max_refused_streams")
+        #: Resets received.
+        self.reset = budget("max_resets_received")
+        #: Frames that changed nothing (empty, repeated, late, after the peer's Close).
+        self.ignored = budget("max_ignored_frames")

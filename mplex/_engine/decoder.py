@@ -142,6 +142,12 @@ class Decoder:
             raise
         return out
 
+    def body_header(self, data: bytes) -> int:
+        """The header of the frame whose body ``data`` continues without going past
+        its end (the middle of a large frame, which a bulk transfer reads a chunk at a
+        time), or -1.  Such a chunk may be kept (``absorb``) or handed on (``pass_on``)."""
+        return self._head if 0 < len(data) <= self._need else -1
+
     def absorb(self, data: bytes | bytearray | memoryview) -> bool:
         """Keep ``data`` if it only continues the body of the frame in progress without
         completing it, and return True; otherwise do nothing and return False (then
@@ -154,6 +160,20 @@ class Decoder:
         self._need = need - len(data)
         self._keep(data)
         return True
+
+    def pass_on(self, data: bytes) -> bytes | None:
+        """Count ``data``, which ``body_header`` accepted, as the next bytes of the body
+        in progress, which the caller hands on as they are (no copy); return the part
+        of the body kept before them, joined, to hand on first (or None).  The frame
+        ends here if ``data`` completes it."""
+        kept = b"".join(self._pieces) if self._pieces else None
+        self._pieces = []
+        self._have = 0
+        self._offset += len(data)
+        self._need -= len(data)
+        if not self._need:
+            self.frames_decoded += 1
+        return kept
 
     # -- internals ---------------------------------------------------------------------
 

@@ -16,7 +16,7 @@ opener, so it names a stream the peer opened; an odd flag names one we opened.
 
 from __future__ import annotations
 
-from .budget import SlidingBudget
+from .budget import AbuseBudgets
 from .config import Config
 from .decoder import Decoder, RawFrame
 from .errors import ProtocolError
@@ -33,14 +33,9 @@ __all__ = ["Engine"]
 _NEW_STREAM = int(Flag.NEW_STREAM)
 _MESSAGE_INITIATOR = int(Flag.MESSAGE_INITIATOR)
 _RESET_RECEIVER = int(Flag.RESET_RECEIVER)
-_OK, _IGNORE = Verdict.OK, Verdict.IGNORE
-_OPEN, _ENDED, _RESET, _LOST, _CLOSED = (
-    Direction.OPEN,
-    Direction.ENDED,
-    Direction.RESET,
-    Direction.LOST,
-    Direction.CLOSED,
-)
+_OK = Verdict.OK
+_OPEN, _ENDED, _RESET = Direction.OPEN, Direction.ENDED, Direction.RESET
+_LOST, _CLOSED = Direction.LOST, Direction.CLOSED
 #: States whose direction from the peer is still open on the wire.
 _RECEIVABLE = frozenset({StreamState.OPEN, StreamState.LOCAL_CLOSED})
 
@@ -50,6 +45,13 @@ _RECEIVABLE = frozenset({StreamState.OPEN, StreamState.LOCAL_CLOSED})
 #: leave while the next is worked on, instead of all of a read's replies together,
 #: which leaves the peer idle meanwhile.
 ARRIVALS_PER_STEP = 32
+
+#: A read of at least this much of a frame's body goes to its stream as it is, before
+#: the frame is complete: no copy, the program starts on it sooner, and it counts
+#: against the stream's buffer limits.  Smaller reads (a TLS record brings 16 KiB) are
+#: collected and the body is joined once: waking the reader of the stream per record
+#: would cost more than the copy.
+HAND_ON_SIZE = 64 * 1024
 
 
 class Engine:
@@ -76,15 +78,7 @@ class Engine:
         #: Live streams by key, and those waiting to be accepted (the table's own).
         self.streams = table.streams
         self.backlog = table.backlog
-        window = config.abuse_window
-
-        def budget(name: str) -> SlidingBudget:
-            return SlidingBudget(name, getattr(config, name), window)
-
-        self.unknown_budget = budget("max_unknown_stream_frames")
-        self.refused_budget = budget("max_refused_streams")
-        self.reset_budget = budget("max_resets_received")
-        self.ignored_budget = budget("max_ignored_frames")
+        self.budgets = AbuseBudgets(config)
         #: False once nothing more may be queued; control frames are then dropped.
         self.may_send = True
         #: What ended the send side, and the connection: the layer above's errors,
@@ -120,19 +114,32 @@ class Engine:
         return self.decoder.pending or bool(self._held)
 
     def absorb(self, data: bytes | bytearray) -> bool:
-        """Keep ``data`` if it only continues the body of the frame in progress without
-        completing it (the cheap path for the middle of a large frame, which a bulk
-        transfer over TLS delivers a record at a time); True if it did, and nothing
-        else needs doing."""
-        if self.decoder.absorb(data):
-            self.counters.bytes_received += len(data)
-            return True
-        return False
+        """Take ``data`` if it only continues the body of the frame in progress: to its
+        stream as it is if it is ``HAND_ON_SIZE`` or more and the stream receives (no
+        copy, no wait for the frame's end); else kept until the frame is complete."""
+        if type(data) is not bytes or self._held:
+            return False  # (feed_raw copies a bytearray first; held frames come first)
+        decoder = self.decoder
+        header = decoder.body_header(data)  # -1 (flag 7) if it does not continue a body
+        record = None
+        if len(data) >= HAND_ON_SIZE and 0 < header & 7 <= _MESSAGE_INITIATOR and not self.tracing:
+            record = self.streams.get((header >> 3) << 1 | (header & 1))
+        if record is not None and record.can_receive:
+            kept = decoder.pass_on(data)
+            if kept:
+                self._deliver(record, kept)
+            self._deliver(record, data)
+        elif not decoder.absorb(data):
+            return False  # it completes the frame, or is no body: feed it
+        self.counters.bytes_received += len(data)
+        return True
 
     def receive(self, data: bytes | bytearray, now: float) -> None:
         """Take what the transport delivered (not its end: see ``input_cut``).  Raises
         ``ProtocolError`` when it breaks the protocol or a budget, after acting on the
         frames before the offending one."""
+        if type(data) is not bytes:
+            data = bytes(data)  # once, for the decoder and for a stream handed a piece
         if self.absorb(data):
             return
         self.counters.bytes_received += len(data)
@@ -176,7 +183,7 @@ class Engine:
             record = streams.get((header >> 3) << 1 | (header & 1))
             if 0 < flag <= _MESSAGE_INITIATOR:
                 if not body:  # ignored on receipt (spec 5.9): nothing to store or wake
-                    self.ignored_budget.spend(now)
+                    self.budgets.ignored.spend(now)
                 elif record is not None and record.can_receive:
                     self._deliver(record, body)
                 elif record is None or not self._late_data(record):
@@ -191,12 +198,12 @@ class Engine:
                 reset = flag >= _RESET_RECEIVER
                 if reset:
                     self.counters.resets_received += 1
-                    self.reset_budget.spend(now)
+                    self.budgets.reset.spend(now)
                 if record is None:
                     self._dropped(header, record, now)
                 elif not (self._remote_reset(record) if reset else self._remote_close(record)):
                     self.counters.frames_dropped += 1
-                    self.ignored_budget.spend(now)  # a repeated Close
+                    self.budgets.ignored.spend(now)  # a repeated Close
 
     def _deliver(self, record: StreamRecord, body: bytes) -> None:
         unread = record.unread
@@ -241,13 +248,13 @@ class Engine:
         """A frame nobody can use.  On a live stream (data after the peer's Close) it
         changed nothing.  Late frames for a stream that finished are expected (they
         crossed our close or reset) but change nothing either: both are spent from
-        ``ignored_budget``, so a peer cannot flood a stream, finished or not, for
-        free.  Frames for a stream that never existed are spent from ``unknown_budget``."""
+        ``budgets.ignored``, so a peer cannot flood a stream, finished or not, for
+        free.  Frames for a stream that never existed are spent from ``budgets.unknown``."""
         self.counters.frames_dropped += 1
         if record is not None or self.table.finished(header):
-            self.ignored_budget.spend(now)
+            self.budgets.ignored.spend(now)
         else:
-            self.unknown_budget.spend(now)
+            self.budgets.unknown.spend(now)
 
     def _new_stream(self, stream_id: int, name: bytes, now: float) -> None:
         """The peer opens ``stream_id``: to the backlog, or refused with a Reset when a
@@ -258,7 +265,7 @@ class Engine:
             raise ProtocolError(f"NewStream for stream {stream_id}, which the peer already has open")
         config, table = self.config, self.table
         if table.inbound >= config.max_inbound_streams or len(table.backlog) >= config.accept_backlog:
-            self.refused_budget.spend(now)
+            self.budgets.refused.spend(now)
             table.remember(key)
             self.counters.streams_refused += 1
             self._control(stream_id, Flag.RESET_RECEIVER)
@@ -291,12 +298,7 @@ class Engine:
 
     def take(self, record: StreamRecord, max_bytes: int | None) -> bytes:
         """Up to ``max_bytes`` of ``record``'s unread data (it must have some)."""
-        data = record.unread.take(max_bytes)
-        account = self.unread
-        account.total -= len(data)
-        if record.unread.size <= account.max_stream:
-            account.overfull.discard(record)
-        return data
+        return self.unread.take(record.unread, record, max_bytes)
 
     def send_close(self, record: StreamRecord) -> bool:
         """``send_eof``: end our direction with a Close; False when the stream cannot
@@ -398,11 +400,8 @@ class Engine:
 
     def _discard(self, record: StreamRecord) -> int:
         """Drop ``record``'s unread data; how much there was."""
-        dropped = record.unread.discard()
-        if dropped:
-            self.unread.total -= dropped
-            self.unread.overfull.discard(record)
-            self.released = True
+        dropped = self.unread.drop(record.unread, record)
+        self.released = self.released or bool(dropped)
         return dropped
 
     def _send_reset(self, record: StreamRecord) -> None:

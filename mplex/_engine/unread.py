@@ -41,6 +41,22 @@ class UnreadAccount(Generic[T]):
         #: Streams holding more than ``max_stream`` unread bytes (under a blocking policy).
         self.overfull: set[T] = set()
 
+    def take(self, buffer: ReceiveBuffer, owner: T, max_bytes: int | None) -> bytes:
+        """Up to ``max_bytes`` of ``owner``'s unread bytes (its ``buffer``, not empty)."""
+        data = buffer.take(max_bytes)
+        self.total -= len(data)
+        if buffer.size <= self.max_stream:
+            self.overfull.discard(owner)
+        return data
+
+    def drop(self, buffer: ReceiveBuffer, owner: T) -> int:
+        """Drop all of ``owner``'s unread bytes (its ``buffer``); how many there were."""
+        dropped = buffer.discard()
+        if dropped:
+            self.total -= dropped
+            self.overfull.discard(owner)
+        return dropped
+
     def over_limits(self) -> bool:
         """True while the reader must not read: a stream is over its limit, or all
         streams together are over the connection's."""
