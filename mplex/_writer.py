@@ -20,6 +20,9 @@ When to write is the flush policy:
 * Over the socket path, input from the peer ends the wait too (the reader calls
   ``flush_now``): what is queued answers earlier input, and the peer may be idle
   until it arrives.
+* Over TLS, while the program sends in bulk (senders waited for room, or
+  ``FLUSH_AT`` bytes are queued), a batch ends on a whole 16 KiB record and the rest
+  leaves with the next: a short record would cost the receiver a read of its own.
 
 Senders wait (``wait_for_room``) while ``send_high_water`` bytes or more are queued, so
 memory stays bounded and the transport's backpressure reaches every sender.
@@ -75,6 +78,9 @@ class Writer:
         self._parked = False
         self._idle_scope: trio.CancelScope | None = None
         self._room_lot = trio.lowlevel.ParkingLot()
+        self._record_size = transport.record_size
+        # True when senders waited for room as the last write ended (they refill now).
+        self._refilling = False
 
     # -- senders --------------------------------------------------------------------------
 
@@ -212,7 +218,16 @@ class Writer:
                 self._idle_scope = None
                 outbox.gathering = False
             outbox.wake_at = NEVER
+            if self._record_size and self._bulk() and not logger.isEnabledFor(logging.DEBUG):
+                # More follows this batch at once: a short last record would cost the
+                # receiver a read of its own.
+                return outbox.take_whole(self._record_size)
             return outbox.take()
+
+    def _bulk(self) -> bool:
+        """True while the program sends in bulk: senders waited for room as the last
+        write ended (they refill the queue now), or ``FLUSH_AT`` bytes are queued."""
+        return self._refilling or len(self._outbox.buffer) >= FLUSH_AT
 
     @protected
     async def run(self, write_failed: Callable[[Exception], Awaitable[None]]) -> None:
@@ -235,4 +250,5 @@ class Writer:
                 self.writing = False
             outbox.bytes_sent += len(data)
             self.last_write = time.perf_counter()
+            self._refilling = bool(self._room_lot)
             self.wake_senders()

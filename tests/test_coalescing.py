@@ -12,7 +12,16 @@ import trio.testing
 
 import mplex
 from mplex import Flag
-from tests.helpers import CountingStream, RawPeer, frame, memory_streams, read_all, settle, tcp_streams
+from tests.helpers import (
+    CountingStream,
+    RawPeer,
+    frame,
+    memory_streams,
+    read_all,
+    settle,
+    tcp_streams,
+    tls_streams,
+)
 
 
 async def counting_pair() -> tuple[CountingStream, trio.abc.Stream]:
@@ -400,3 +409,40 @@ async def test_over_the_socket_path_input_sends_what_a_gathering_writer_holds(
             (Flag.MESSAGE_INITIATOR, b"m")
         ] * sent
     await theirs.aclose()
+
+
+class TestBulkOverTls:
+    """Over TLS each record costs the receiver a read, however short: a bulk sender's
+    batches end on whole 16 KiB records while more is waiting to be queued."""
+
+    async def test_a_bulk_transfer_sends_whole_records_but_the_last(self) -> None:
+        client, server = await tls_streams()
+        chunk = os.urandom(64 * 1024 + 7)  # frames of odd lengths: batches rarely align
+        count = 128
+        short = 0
+        reads = 0
+        received = 0
+
+        async def send() -> None:
+            async with mplex.open_muxer(client) as muxer:
+                stream = await muxer.open_stream()
+                for _ in range(count):
+                    await stream.send_all(chunk)
+                with pytest.raises(mplex.ConnectionLost):
+                    await stream.receive_some()  # the peer hangs up once it read all
+
+        with trio.fail_after(30):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(send)
+                decoder = mplex.Decoder()
+                while received < count * len(chunk):
+                    data = await server.receive_some(1 << 20)  # one record at most
+                    reads += 1
+                    short += len(data) < 16 * 1024
+                    received += sum(len(f.data) for f in decoder.feed(data))
+                await server.aclose()
+        # One short record per batch would make at least count / 4 of them (a batch
+        # holds at most the 256 KiB high-water mark and a frame); whole records leave
+        # only the few at the start and end of the transfer.
+        assert reads > count * 4
+        assert short <= 3, f"{short} short records in {reads}"

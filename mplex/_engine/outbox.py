@@ -78,6 +78,20 @@ class Outbox:
         self.trace_skip = 0
         return data, skip
 
+    def take_whole(self, unit: int) -> tuple[bytearray, int]:
+        """Like ``take``, but a whole number of ``unit`` bytes when that is some but not
+        all of what is queued: the rest stays queued, first."""
+        buffer = self.buffer
+        size = len(buffer) - len(buffer) % unit
+        if not size or size == len(buffer):
+            return self.take()
+        skip = self.trace_skip
+        self.buffer = buffer[size:]  # the short rest is copied, not the batch
+        del buffer[size:]
+        self.trace_skip = -1  # the rest starts inside some frame
+        self.control = min(self.control, len(self.buffer))
+        return buffer, skip
+
     def clear(self) -> None:
         """Drop everything queued (nothing more can be sent)."""
         self.take()

@@ -25,6 +25,9 @@ class Transport:
     writes_without_waiting = False
     #: Most buffers one ``writev_nowait`` takes.
     max_buffers = 1
+    #: Where the transport sends in records of this many bytes (TLS: 16 KiB), the
+    #: writer of a bulk transfer sends whole records (0: no such unit).
+    record_size = 0
 
     def __init__(self) -> None:
         #: True where a receiving task may borrow the read turn.

@@ -28,7 +28,11 @@ import trio.testing
 from .._idle import wait_for_idle
 from .base import READ_SIZE, Transport
 
-__all__ = ["GenericTransport", "cancel_safe_receive"]
+__all__ = ["TLS_RECORD", "GenericTransport", "cancel_safe_receive"]
+
+#: The most plaintext one TLS record carries: each costs the receiver one
+#: ``SSLStream.receive_some`` (a scheduler pass), however few bytes it holds.
+TLS_RECORD = 16 * 1024
 
 
 def cancel_safe_receive(stream: trio.abc.ReceiveStream) -> bool:
@@ -51,6 +55,8 @@ class GenericTransport(Transport):
         self._receive_some = stream.receive_some
         self._send_all = stream.send_all
         self.lends = cancel_safe_receive(stream) and not isinstance(stream, trio.SSLStream)
+        if isinstance(stream, trio.SSLStream):
+            self.record_size = TLS_RECORD
         if not self.lends:
             # Nobody borrows the turn, so nobody needs to know when the reader waits:
             # the reader awaits the stream's own receive_some, one coroutine fewer a read.
