@@ -142,7 +142,7 @@ class Decoder:
             raise
         return out
 
-    def body_header(self, data: bytes) -> int:
+    def body_header(self, data: bytes | bytearray | memoryview) -> int:
         """The header of the frame whose body ``data`` continues without going past
         its end (the middle of a large frame, which a bulk transfer reads a chunk at a
         time), or -1.  Such a chunk may be kept (``absorb``) or handed on (``pass_on``)."""

@@ -117,10 +117,10 @@ class Engine:
         """Take ``data`` if it only continues the body of the frame in progress: to its
         stream as it is if it is ``HAND_ON_SIZE`` or more and the stream receives (no
         copy, no wait for the frame's end); else kept until the frame is complete."""
-        if type(data) is not bytes or self._held:
-            return False  # (feed_raw copies a bytearray first; held frames come first)
         decoder = self.decoder
         header = decoder.body_header(data)  # -1 (flag 7) if it does not continue a body
+        if header < 0 or type(data) is not bytes or self._held:
+            return False  # (feed_raw copies a bytearray first; held frames come first)
         record = None
         if len(data) >= HAND_ON_SIZE and 0 < header & 7 <= _MESSAGE_INITIATOR and not self.tracing:
             record = self.streams.get((header >> 3) << 1 | (header & 1))
