@@ -179,18 +179,15 @@ class Reader:
         connection has ended (``b""`` is the end of the input)."""
         if not conn.running:
             return False
-        engine = self._engine
-        if self._linger_scope is None and engine.absorb(data):
+        if self._linger_scope is None and self._engine.absorb(data):
             conn.settle()  # the middle of a large frame: nothing to dispatch
-        elif not data:
+            return True
+        if not data:
             self._input_ended(conn)
             return False
-        else:
-            if self._linger_scope is not None:
-                self.input_progressed()
-            if not self._feed(conn, data):
-                return False
-        return True
+        if self._linger_scope is not None:
+            self.input_progressed()
+        return self._feed(conn, data)
 
     def _resume(self, conn: ReaderHost) -> bool:
         """The next part of an input that held more than ``Config.frames_per_yield``."""

@@ -401,7 +401,8 @@ class Engine:
     def _discard(self, record: StreamRecord) -> int:
         """Drop ``record``'s unread data; how much there was."""
         dropped = self.unread.drop(record.unread, record)
-        self.released = self.released or bool(dropped)
+        if dropped:
+            self.released = True
         return dropped
 
     def _send_reset(self, record: StreamRecord) -> None:
