@@ -29,6 +29,7 @@ from ._engine.record import Broken, StreamRecord
 from ._engine.states import ConnectionState, Direction
 from ._engine.stats import MuxerStats
 from ._engine.unread import prime_allocator
+from ._engine.varint import encode_uvarint
 from ._lifecycle import Ending, Lifecycle
 from ._logging import ConnectionLog, connection_label, describe, logger
 from ._reader import Reader
@@ -120,7 +121,8 @@ class Connection:
     # -- what streams ask (StreamHost) ------------------------------------------------------
 
     def frame_prefix(self, record: StreamRecord, size: int) -> bytes:
-        return self.engine.encoder.prefix(record.id, record.data_flag, size)
+        # Not Encoder.prefix: the stream checked the size, and the id is the table's.
+        return encode_uvarint(record.id << 3 | record.data_flag) + encode_uvarint(size)
 
     def append_frames(self, record: StreamRecord, view: memoryview) -> int:
         return self.engine.encoder.append(self.outbox.buffer, record.id, record.data_flag, view)
@@ -195,11 +197,12 @@ class Connection:
         room and a slot is free."""
         await trio.lowlevel.checkpoint()
         engine, outbox = self.engine, self.outbox
+        table = engine.table
         while True:
             self.life.check_usable()
-            if not outbox.has_room:
+            if len(outbox.buffer) >= outbox.high_water:  # not outbox.has_room: a call less
                 await self.writer.wait_for_room()  # NewStream is queued like data
-            elif engine.table.slot_free:
+            elif len(table.slots) < table.max_outbound:  # table.slot_free, inlined
                 break
             else:
                 await self._slot_lot.park()
@@ -215,7 +218,8 @@ class Connection:
                 self.life.raise_ended()
             raise trio.WouldBlock
         stream = MplexStream(self, self.engine.accept(), self.config.max_send_frame_size)
-        self.throttle.recheck()  # an accepted stream may be what a paused reader waits for
+        if self.throttle.blocked:
+            self.throttle.recheck()  # an accepted stream may be what a paused reader waits for
         return stream
 
     async def accept_stream(self) -> MplexStream:

@@ -221,8 +221,9 @@ class Muxer:
         Waits while ``Config.max_outbound_streams`` of our streams are open (a stream
         stops counting once this side has closed or reset it).
         """
-        raw = name_bytes(name, self._connection.engine.name_limit)  # before anything is taken
-        self._check_started()
+        raw = None if name is None else name_bytes(name, self._connection.engine.name_limit)
+        if not self._started:  # (the check's call skipped on the per-request path)
+            self._check_started()
         return await self._connection.open_stream(raw)
 
     @protected

@@ -90,15 +90,14 @@ async def _serve_connection(
         if idle_timeout is not None:
             nursery.start_soon(connection.close_when_idle, idle_timeout)
         async with trio.open_nursery() as handlers:
-            limiter = connection.limiter
             while True:
-                await limiter.acquire()  # a free handler slot before the next stream
+                await connection.take_slot()  # a free handler slot before the next stream
                 try:
                     stream = await muxer.accept_stream()
                 except (MuxerClosed, ConnectionLost):
-                    limiter.release()
+                    connection.give_back_slot()
                     break
-                handlers.start_soon(connection.serve_stream, handler, stream)
+                handlers.start_soon(connection.serve_stream, handler, stream, name=HANDLER_TASK)
                 # The streams that arrived with it, without a scheduler pass each.
                 if not connection.start_waiting(handlers, handler):
                     break
@@ -108,6 +107,9 @@ async def _serve_connection(
     connection.log_summary()
     return muxer
 
+
+#: The name of every handler task (trio would otherwise format one per task).
+HANDLER_TASK = "mplex stream handler"
 
 #: Handler errors of one connection logged in full (at ERROR, with a traceback); the
 #: rest are counted, and the count is logged when the connection ends.
@@ -121,10 +123,12 @@ class _Connection:
     def __init__(self, muxer: Muxer) -> None:
         self.muxer = muxer
         self.log = ConnectionLog(muxer.name)
-        self.slots = max(1, muxer.config.max_inbound_streams)
-        #: One token per handler that may run (a Semaphore: taken by the accept loop,
-        #: given back by the handler's task).
-        self.limiter = trio.Semaphore(self.slots)
+        #: Handlers that may still start: taken by the accept loop, given back by the
+        #: handler's task.  A count and a lot of our own, not a ``trio.Semaphore``:
+        #: its methods and properties are calls of their own, twice per stream.
+        self.free_slots = max(1, muxer.config.max_inbound_streams)
+        self._slot_lot = trio.lowlevel.ParkingLot()
+        self._waiting_for_slot = False
         self.running = 0  # handlers running now
         self.errors_logged = 0
         self.errors_unlogged = 0
@@ -132,17 +136,34 @@ class _Connection:
     def start_waiting(self, handlers: trio.Nursery, handler: StreamHandler) -> bool:
         """Start a handler for each stream already waiting, while slots are free;
         False once the connection has ended."""
-        limiter, muxer = self.limiter, self.muxer
-        while limiter.value:
+        muxer = self.muxer
+        while self.free_slots:
             try:
                 stream = muxer.accept_stream_nowait()
             except trio.WouldBlock:
                 return True
             except (MuxerClosed, ConnectionLost):
                 return False
-            limiter.acquire_nowait()
-            handlers.start_soon(self.serve_stream, handler, stream)
+            self.free_slots -= 1
+            handlers.start_soon(self.serve_stream, handler, stream, name=HANDLER_TASK)
         return True
+
+    async def take_slot(self) -> None:
+        """Wait for a free handler slot, and take it (not a checkpoint by itself: the
+        accept that follows is one)."""
+        while not self.free_slots:
+            self._waiting_for_slot = True
+            try:
+                await self._slot_lot.park()
+            finally:
+                self._waiting_for_slot = False
+        self.free_slots -= 1
+
+    def give_back_slot(self) -> None:
+        """A handler slot is free again."""
+        self.free_slots += 1
+        if self._waiting_for_slot:
+            self._slot_lot.unpark_all()
 
     async def serve_stream(self, handler: StreamHandler, stream: MplexStream) -> None:
         self.running += 1
@@ -162,7 +183,7 @@ class _Connection:
             stream.close()  # the task ends here: no checkpoint needed to close
         finally:
             self.running -= 1
-            self.limiter.release()
+            self.give_back_slot()
 
     async def close_when_idle(self, idle_timeout: float) -> None:
         """Close the connection once nothing has arrived and no handler has run for

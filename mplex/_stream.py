@@ -32,7 +32,6 @@ import trio
 
 from ._engine.record import StreamRecord
 from ._engine.states import Direction
-from ._guard import ConflictGuard
 from ._host import StreamHost
 from ._protection import protected, protected_if_free
 
@@ -43,6 +42,8 @@ Buffer = bytes | bytearray | memoryview
 #: receive_some): over the generic path its reader then keeps the read turn.
 _BULK_DELIVERY = 4096
 _ENDED, _CLOSED = Direction.ENDED, Direction.CLOSED
+_SEND_BUSY = "another task is sending on this stream"
+_RECEIVE_BUSY = "another task is receiving on this stream"
 # send_all's checkpoints, bound once: the 32-byte send_all loop calls them millions of times.
 _checkpoint = trio.lowlevel.checkpoint
 _checkpoint_if_cancelled = trio.lowlevel.checkpoint_if_cancelled
@@ -91,9 +92,9 @@ class MplexStream(trio.abc.HalfCloseableStream):
         "_outbox": "",
         "_prefix": "",
         "_prefix_size": "",
+        "_receiving": "",
         "_record": "",
-        "_recv_guard": "",
-        "_send_guard": "",
+        "_sending": "",
         "id": "The stream number (unique per opener, not per connection).",
         "is_initiator": "True if this side opened the stream.",
         "key": "Unique within the connection (each side numbers its own streams): ``id << 1 | is_initiator``",
@@ -112,9 +113,11 @@ class MplexStream(trio.abc.HalfCloseableStream):
         # The prefix of the last Message frame sent, for a run of equal sizes.
         self._prefix_size = -1
         self._prefix = b""
-        #: Held while a task is in send_all, send_eof or wait_send_all_might_not_block.
-        self._send_guard = ConflictGuard("another task is sending on this stream")
-        self._recv_guard = ConflictGuard("another task is receiving on this stream")
+        # trio's conflict-detector idiom, as two flags (a guard object each would cost
+        # two allocations per stream): True while a task is in send_all, send_eof or
+        # wait_send_all_might_not_block, and while one is in receive_some.
+        self._sending = False
+        self._receiving = False
 
     # -- identity --------------------------------------------------------------------------
 
@@ -153,7 +156,7 @@ class MplexStream(trio.abc.HalfCloseableStream):
         """
         outbox = self._outbox
         buffer = outbox.buffer
-        if self._send_guard.held or not self._record.can_send or len(buffer) >= outbox.high_water:
+        if self._sending or not self._record.can_send or len(buffer) >= outbox.high_water:
             self._refuse_send_nowait()
         if data.__class__ is not bytes:
             data = _byte_buffer(data)  # len() must count bytes, before anything is queued
@@ -182,8 +185,8 @@ class MplexStream(trio.abc.HalfCloseableStream):
         buffer += data
 
     def _refuse_send_nowait(self) -> None:
-        if self._send_guard.held:
-            raise trio.BusyResourceError(self._send_guard.message)
+        if self._sending:
+            raise trio.BusyResourceError(_SEND_BUSY)
         if not self._record.can_send:
             raise self._host.send_error(self._record)
         raise trio.WouldBlock
@@ -194,12 +197,9 @@ class MplexStream(trio.abc.HalfCloseableStream):
 
         If cancelled, whole frames of ``data`` may have been queued; never part of one.
         """
-        # The guard's idiom inlined (check, hold, let go): a ``with`` block calls two
-        # Python methods on the hottest call.
-        guard = self._send_guard
-        if guard.held:
-            raise trio.BusyResourceError(guard.message)
-        guard.held = True
+        if self._sending:
+            raise trio.BusyResourceError(_SEND_BUSY)
+        self._sending = True
         try:
             if data.__class__ is not bytes:
                 data = _byte_buffer(data)  # len() must count bytes, before anything is queued
@@ -248,7 +248,7 @@ class MplexStream(trio.abc.HalfCloseableStream):
             if not yielded:
                 await _yield()
         finally:
-            guard.held = False
+            self._sending = False
 
     async def _send_frames(self, view: memoryview) -> bool:
         """send_all's part for data longer than one frame; True if it yielded.  Where
@@ -290,27 +290,31 @@ class MplexStream(trio.abc.HalfCloseableStream):
     @protected
     async def wait_send_all_might_not_block(self) -> None:
         """See `trio.abc.SendStream.wait_send_all_might_not_block`."""
-        with self._send_guard:
+        if self._sending:
+            raise trio.BusyResourceError(_SEND_BUSY)
+        self._sending = True
+        try:
             if not self._record.can_send or self._outbox.has_room:
                 await trio.lowlevel.checkpoint()
             else:
                 await self._host.wait_for_room()
             if not self._record.can_send:
                 raise self._host.send_error(self._record)
+        finally:
+            self._sending = False
 
     @protected
     async def send_eof(self) -> None:
         """See `trio.abc.HalfCloseableStream.send_eof`: sends an mplex Close."""
-        guard = self._send_guard  # inlined like send_all's: called once per request
-        if guard.held:
-            raise trio.BusyResourceError(guard.message)
-        guard.held = True
+        if self._sending:
+            raise trio.BusyResourceError(_SEND_BUSY)
+        self._sending = True
         try:
             await trio.lowlevel.checkpoint()
             if not self._host.send_close(self._record):
                 raise self._host.send_error(self._record)
         finally:
-            guard.held = False
+            self._sending = False
 
     # -- receiving -------------------------------------------------------------------------
 
@@ -326,10 +330,9 @@ class MplexStream(trio.abc.HalfCloseableStream):
             max_bytes = operator.index(max_bytes)
             if max_bytes < 1:
                 raise ValueError("max_bytes must be >= 1")
-        guard = self._recv_guard  # inlined like send_all's: two calls a request each way
-        if guard.held:
-            raise trio.BusyResourceError(guard.message)
-        guard.held = True
+        if self._receiving:
+            raise trio.BusyResourceError(_RECEIVE_BUSY)
+        self._receiving = True
         try:
             record = self._record
             unread = record.unread
@@ -352,7 +355,7 @@ class MplexStream(trio.abc.HalfCloseableStream):
                 return b""
             raise self._host.receive_error(record)
         finally:
-            guard.held = False
+            self._receiving = False
 
     def _abort_receive(self, _: object) -> trio.lowlevel.Abort:
         self._record.waiter = None

@@ -261,13 +261,25 @@ class Decoder:
                     self._rest = (data, pos, base)  # the caller yields, then resumes
                     return
                 steps_left -= 1
+                # Fast path: a header of up to three bytes (stream ids below 262,144)
+                # and a one-byte length, read inline; anything else, or an encoding
+                # to reject, takes _parse_prefix.
                 h = data[pos]
-                # Fast path: one-byte header (stream id < 16) and one-byte length.
-                if h < 0x80 and pos + 1 < n and data[pos + 1] < 0x80 and h & 7 != 7:
-                    length = data[pos + 1]
+                p = pos + 1
+                if h >= 0x80:
+                    if pos + 3 < n and 0 < (b := data[p]) < 0x80:
+                        h = (h & 0x7F) | b << 7
+                        p += 1
+                    elif pos + 3 < n and b and 0 < (c := data[p + 1]) < 0x80:
+                        h = (h & 0x7F) | (b & 0x7F) << 7 | c << 14
+                        p += 2
+                    else:
+                        p = n
+                if p < n and data[p] < 0x80 and h & 7 != 7:
+                    length = data[p]
                     if length > limit:
                         raise FrameTooLargeError(length, limit, offset=base + pos)
-                    start = pos + 2
+                    start = p + 1
                 else:
                     parsed = self._parse_prefix(data, pos, base)
                     if parsed is None:

@@ -30,6 +30,9 @@ class Broken(enum.Enum):
 
 
 _OPEN = Direction.OPEN
+#: The acceptor's flag for each opener's flag (by value; a table, not ``Flag(value)``,
+#: which is a slow call on the close of every accepted stream).
+_RECEIVER_FLAG = {flag: Flag(flag - 1) for flag in Flag if flag and not flag & 1}
 
 
 class StreamRecord:
@@ -83,7 +86,7 @@ class StreamRecord:
 
     def flag(self, initiator_flag: Flag) -> Flag:
         """The flag this side sends: the initiator's (even) one, or the receiver's."""
-        return initiator_flag if self.is_initiator else Flag(initiator_flag - 1)
+        return initiator_flag if self.is_initiator else _RECEIVER_FLAG[initiator_flag]
 
     def refresh(self) -> None:
         """After ``sending`` or ``receiving`` changed: the quick flags follow."""

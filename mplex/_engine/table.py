@@ -81,8 +81,8 @@ class StreamTable:
         was there."""
         if self.streams.pop(record.key, None) is None:
             return False
-        self.remember(record.key)
-        if not record.is_initiator:
+        if not record.is_initiator:  # ours need no tombstone: ``finished`` knows them
+            self.remember(record.key)
             self.inbound -= 1
         return True
 
