@@ -68,8 +68,10 @@ def cases(quick: bool, only: set[str]) -> list[Case]:
             )
             for label, size, count in [
                 ("1 KiB", 1024, 65536 // scale),
-                ("64 KiB", 64 * 1024, 4096 // scale),
-                ("1 MiB", MIB, max(2, 256 // scale)),
+                # 2 GiB: a second or so, where 256 MiB lasted 0.15 s and two runs of
+                # the same code differed by half.
+                ("64 KiB", 64 * 1024, 32768 // scale),
+                ("1 MiB", MIB, max(2, 2048 // scale)),
                 ("16 MiB", 16 * MIB, 1),
                 ("16 MiB x 64", 16 * MIB, max(2, 64 // scale)),
             ]
@@ -197,8 +199,10 @@ def tls_cases(scale: int) -> list[Case]:
                 ],
             )
             for label, size, count in [
-                ("64 KiB", 64 * 1024, 4096 // scale),
-                ("1 MiB", MIB, max(2, 256 // scale)),
+                # 2 GiB: a second or so, where 256 MiB lasted 0.15 s and two runs of
+                # the same code differed by half.
+                ("64 KiB", 64 * 1024, 32768 // scale),
+                ("1 MiB", MIB, max(2, 2048 // scale)),
             ]
         ],
         Case(
