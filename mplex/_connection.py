@@ -145,7 +145,7 @@ class Connection:
         await self.reader.receive_for(self, record)
 
     def take(self, record: StreamRecord, max_bytes: int | None) -> bytes:
-        data = self.engine.take(record, max_bytes)
+        data = self.engine.unread.take(record.unread, record, max_bytes)  # engine.take, a call less
         if self.throttle.blocked:
             self.throttle.recheck()
         return data

@@ -78,6 +78,9 @@ class Writer:
         self._parked = False
         self._idle_scope: trio.CancelScope | None = None
         self._room_lot = trio.lowlevel.ParkingLot()
+        # Senders parked in _room_lot (counted here: the lot's own __bool__ is a call,
+        # and wake_senders runs on every change of a stream's state).
+        self._room_waiters = 0
         self._record_size = transport.record_size
         # True when senders waited for room as the last write ended (they refill now).
         self._refilling = False
@@ -128,11 +131,15 @@ class Writer:
     async def wait_for_room(self) -> None:
         """Wait until the writer has sent something, or ``wake_senders`` is called
         (the caller looks at its situation again)."""
-        await self._room_lot.park()
+        self._room_waiters += 1
+        try:
+            await self._room_lot.park()
+        finally:
+            self._room_waiters -= 1
 
     def wake_senders(self) -> None:
         """Let every waiting sender look at its situation again."""
-        if self._room_lot:
+        if self._room_waiters:
             self._room_lot.unpark_all()
 
     def stop(self) -> None:
@@ -250,5 +257,5 @@ class Writer:
                 self.writing = False
             outbox.bytes_sent += len(data)
             self.last_write = time.perf_counter()
-            self._refilling = bool(self._room_lot)
+            self._refilling = self._room_waiters > 0
             self.wake_senders()

@@ -4,10 +4,11 @@ Bytes from the peer go in (``receive``: the input side, ``Inbound``, which the e
 extends); what they mean comes out as changes to the stream records, bytes queued in
 the ``Outbox`` (the control frames the input calls for) and notices for the layer
 above: the records whose waiting receiver must be woken (``woken``), and whether
-senders, acceptors or tasks waiting for a stream slot should look again.  The program's own actions on streams (``open``, ``send_close``, ``close``,
-``reset``) go through the engine too, which owns every rule: the stream table, ids,
-limits, the accept backlog, tombstones of finished streams, the abuse budgets, and
-what may be sent.  Nothing here waits, wakes or reads a clock: time is passed in.
+senders, acceptors or tasks waiting for a stream slot should look again.  The
+program's own actions on streams (``open``, ``send_close``, ``close``, ``reset``) go
+through the engine too, which owns every rule: the stream table, ids, limits, the
+accept backlog, tombstones of finished streams, the abuse budgets, and what may be
+sent.  Nothing here waits, wakes or reads a clock: time is passed in.
 
 Streams are keyed by ``id << 1 | opened_by_us``: the same number opened by each side
 names two different streams.  A frame with an even flag comes from the stream's
@@ -32,6 +33,8 @@ from .wire import Encoder, Flag
 __all__ = ["ARRIVALS_PER_STEP", "HAND_ON_SIZE", "Engine"]
 
 _OK = Verdict.OK
+_SEND_CLOSE = StreamEvent.SEND_CLOSE
+_RESET_RECEIVER = int(Flag.RESET_RECEIVER)
 #: The Close flag this side sends, by ``record.is_initiator`` (a call less than ``record.flag``).
 _CLOSE_FLAG = (Flag.CLOSE_RECEIVER, Flag.CLOSE_INITIATOR)
 _OPEN, _ENDED, _RESET = Direction.OPEN, Direction.ENDED, Direction.RESET
@@ -114,7 +117,10 @@ class Engine(Inbound):
         send (the caller raises why)."""
         if record.sending is _ENDED:
             return True  # repeating it is harmless
-        if record.sending is not _OPEN or self._apply(record, StreamEvent.SEND_CLOSE) is not _OK:
+        if record.sending is not _OPEN:
+            return False
+        record.state, verdict = TRANSITIONS[(record.state, _SEND_CLOSE)]  # _apply, inlined
+        if verdict is not _OK:
             return False
         record.sending = _ENDED
         self._control(record.id, _CLOSE_FLAG[record.is_initiator])
@@ -128,11 +134,12 @@ class Engine(Inbound):
         if record.receiving is _CLOSED:
             return
         record.sending = record.receiving = _CLOSED
-        dropped = self._discard(record)
-        if dropped and record.state in _RECEIVABLE:
+        if record.unread.size and self._discard(record) and record.state in _RECEIVABLE:
             self._send_reset(record)
-        elif self._apply(record, StreamEvent.SEND_CLOSE) is _OK:
-            self._control(record.id, _CLOSE_FLAG[record.is_initiator])
+        else:
+            record.state, verdict = TRANSITIONS[(record.state, _SEND_CLOSE)]  # _apply, inlined
+            if verdict is _OK:
+                self._control(record.id, _CLOSE_FLAG[record.is_initiator])
         self._changed(record)
         if record.is_initiator:  # (_changed released it if the stream finished)
             self._release_slot(record)
@@ -196,7 +203,8 @@ class Engine(Inbound):
     def _changed(self, record: StreamRecord) -> None:
         """After a change of ``record``'s state: wake whoever must look again, and let
         the stream go once it needs no more frames."""
-        record.refresh()
+        record.can_send = record.sending is _OPEN  # record.refresh(), inlined
+        record.can_receive = record.receiving is _OPEN
         if record.waiter is not None:
             self.woken.append(record)
         self.changed = True
@@ -223,7 +231,7 @@ class Engine(Inbound):
         """Queue a control frame, unless nothing may be sent any more."""
         if not self.may_send:
             return
-        if flag >= Flag.RESET_RECEIVER:
+        if flag >= _RESET_RECEIVER:
             self.counters.resets_sent += 1
         # Not Encoder.frame: its range checks hold by construction (ids come from the
         # table or a decoded header; a name was cut to the name limit).

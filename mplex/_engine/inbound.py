@@ -18,7 +18,7 @@ from .config import Config
 from .decoder import Decoder, RawFrame
 from .errors import ProtocolError
 from .record import Broken, StreamRecord
-from .states import Direction, StreamEvent, StreamState, Verdict, end_direction
+from .states import TRANSITIONS, Direction, StreamEvent, StreamState, Verdict
 from .stats import Counters
 from .table import StreamTable
 from .unread import UnreadAccount
@@ -30,7 +30,9 @@ _NEW_STREAM = int(Flag.NEW_STREAM)
 _MESSAGE_INITIATOR = int(Flag.MESSAGE_INITIATOR)
 _RESET_RECEIVER = int(Flag.RESET_RECEIVER)
 _OK = Verdict.OK
-_ENDED, _RESET, _LOST, _CLOSED = Direction.ENDED, Direction.RESET, Direction.LOST, Direction.CLOSED
+_RECV_CLOSE = StreamEvent.RECV_CLOSE
+_OPEN, _ENDED, _RESET = Direction.OPEN, Direction.ENDED, Direction.RESET
+_LOST, _CLOSED = Direction.LOST, Direction.CLOSED
 #: States whose direction from the peer is still open on the wire.
 _RECEIVABLE = frozenset({StreamState.OPEN, StreamState.LOCAL_CLOSED})
 
@@ -201,9 +203,11 @@ class Inbound:
 
     def _remote_close(self, record: StreamRecord) -> bool:
         """The peer's Close; False if it meant nothing (a repeat)."""
-        if self._apply(record, StreamEvent.RECV_CLOSE) is not _OK:
+        record.state, verdict = TRANSITIONS[(record.state, _RECV_CLOSE)]  # _apply, inlined
+        if verdict is not _OK:
             return False
-        record.receiving = end_direction(record.receiving, _ENDED)
+        if record.receiving is _OPEN:  # end_direction(receiving, ENDED), inlined
+            record.receiving = _ENDED
         self._changed(record)
         return True
 
