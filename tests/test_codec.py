@@ -95,6 +95,24 @@ class TestLimits:
         body = bytes(range(256)) * 4096
         assert decoder.feed(frame(3, Flag.MESSAGE_RECEIVER, body)) == [Frame(3, Flag.MESSAGE_RECEIVER, body)]
 
+    @pytest.mark.parametrize(
+        ("prefix", "at"),
+        [
+            (b"\x8a\x00\x01", 0),  # a two-byte header whose last byte adds nothing
+            (b"\x8a\x80\x00\x01", 0),  # the same in three bytes
+            (b"\x8a\x01\x80\x00", 2),  # a two-byte length of zero
+            (b"\x0a\x85\x00", 1),  # a two-byte length of five
+        ],
+        ids=["header-2", "header-3", "length-zero", "length-five"],
+    )
+    def test_a_non_minimal_header_or_length_is_refused_mid_chunk(self, prefix: bytes, at: int) -> None:
+        # After a valid frame and with bytes to spare, so no prefix is cut short; the
+        # offset is the bad varint's.
+        good = frame(300, Flag.MESSAGE_INITIATOR, b"ok")
+        with pytest.raises(mplex.InvalidVarintError) as info:
+            Decoder().feed(good + prefix + b"\x00" * 16)
+        assert info.value.offset == len(good) + at
+
     def test_error_offset_points_at_the_bad_frame(self) -> None:
         decoder = Decoder()
         decoder.feed(frame(0, Flag.NEW_STREAM, b"abc"))
@@ -203,7 +221,8 @@ class TestEncoder:
 
 
 frame_strategy = st.tuples(
-    st.integers(0, 2**60 - 1) | st.integers(0, 40),
+    # ids of every header length; below 262,144 the decoder reads the header inline
+    st.integers(0, 2**60 - 1) | st.integers(0, 40) | st.integers(0, 300_000),
     st.sampled_from(list(Flag)),
     st.binary(max_size=300),
 )

@@ -262,10 +262,11 @@ class Decoder:
                     return
                 steps_left -= 1
                 # Fast path: a header of up to three bytes (stream ids below 262,144)
-                # and a one-byte length, read inline; anything else, or an encoding
-                # to reject, takes _parse_prefix.
+                # and a length of up to two (bodies below 16 KiB), read inline;
+                # anything else, or an encoding to reject, takes _parse_prefix.
                 h = data[pos]
                 p = pos + 1
+                start = -1
                 if h >= 0x80:
                     if pos + 3 < n and 0 < (b := data[p]) < 0x80:
                         h = (h & 0x7F) | b << 7
@@ -275,11 +276,16 @@ class Decoder:
                         p += 2
                     else:
                         p = n
-                if p < n and data[p] < 0x80 and h & 7 != 7:
+                if p < n and h & 7 != 7:
                     length = data[p]
+                    if length < 0x80:
+                        start = p + 1
+                    elif p + 1 < n and 0 < (b := data[p + 1]) < 0x80:
+                        length = (length & 0x7F) | b << 7
+                        start = p + 2
+                if start >= 0:
                     if length > limit:
                         raise FrameTooLargeError(length, limit, offset=base + pos)
-                    start = p + 1
                 else:
                     parsed = self._parse_prefix(data, pos, base)
                     if parsed is None:
