@@ -18,12 +18,14 @@ EXPLANATIONS: dict[str, str] = {
         "0.91x, 0.94x, 1.09x, 0.92x and 0.94x; the plain row alone ranged 0.72-0.82 s."
     ),
     "32 B send_nowait vs py-libp2p (throughput)": (
-        "Missed by about an eighth. py-libp2p runs here over a connection stand-in that "
+        "Missed by a little, with our own row faster than in earlier runs (1.073 s "
+        "against 1.257 s in the run of 1266da8, which met it at 321x) and py-libp2p's "
+        "faster still (20.6 s). py-libp2p runs here over a connection stand-in that "
         "buffers reads 64 KiB at a time and encrypts nothing, the most favourable setting "
         "it can have. Our send_nowait run already takes less time than the framing floor "
-        "(the least per-frame work a Python mplex can do: its receiver decodes frame by "
-        "frame, ours merges adjacent frames); closing the gap means cutting our "
-        "per-message Python work further (the append in send_nowait, the decode loop)."
+        "(the least per-frame work a Python mplex can do). An A/B (`python -m "
+        "benchmarks.ab <checkout of c4683db> 32B --turns 5`) gave send_nowait 0.94x the "
+        "time of the code before this run's changes."
     ),
     "32 B send_all vs js-libp2p (throughput)": (
         "trio requires send_all to be a checkpoint, and 3,276,800 bare checkpoints take "
@@ -71,6 +73,10 @@ EXPLANATIONS: dict[str, str] = {
         "ratio says little. Full runs gave 0.98x (82bc310), 0.68x (9903202), 1.28x "
         "(8268f3f) and 0.84x (1266da8). The receiver copies each 64 KiB body out of its 256 KiB read, where "
         "a raw socket hands its read over as it is."
+        " Since 2026-12-04 the case moves 2 GiB instead of 256 MiB (a second or so instead "
+        "of 0.15 s); the first full run at that size (6a3e79e) gave 1.00x (64 KiB) and "
+        "0.99x (1 MiB), and three runs of `python -m benchmarks 'bulk 64 KiB' 'bulk 1 "
+        "MiB' --runs 3` gave 0.92x/0.97x, 1.04x/1.01x and 1.95x/1.11x."
     ),
     "bulk 1 MiB vs raw trio socket (throughput)": (
         "Issue 28 asks 0.9x (the report asked 0.5x until 2026-12-04); full runs gave "
@@ -86,6 +92,10 @@ EXPLANATIONS: dict[str, str] = {
         "0.96x and 1.16x, after the change that made the receiver stop page-faulting: "
         "importing mplex frees one 2 MiB block so that glibc keeps receive buffers in its "
         "heap (without it, 20,000-40,000 page faults per 256 MiB received and about 0.6x)."
+        " Since 2026-12-04 the case moves 2 GiB instead of 256 MiB (a second or so instead "
+        "of 0.15 s); the first full run at that size (6a3e79e) gave 1.00x (64 KiB) and "
+        "0.99x (1 MiB), and three runs of `python -m benchmarks 'bulk 64 KiB' 'bulk 1 "
+        "MiB' --runs 3` gave 0.92x/0.97x, 1.04x/1.01x and 1.95x/1.11x."
     ),
     "bulk 16 MiB vs raw trio socket (throughput)": (
         "One 16 MiB send lasts 4-12 ms, so a single run is noisy. Runs on 2026-11-30 "
@@ -110,24 +120,24 @@ EXPLANATIONS: dict[str, str] = {
         "whole stream to cost less than one send and one receive on an open connection."
     ),
     "request/response, a stream per request, vs js-libp2p mplex (req/s)": (
-        "This run (the code of 1266da8): ours 9,237 req/s at 81 us (client) and 78 us "
-        "(server) of CPU a request, js-libp2p's mplex 8,857 req/s at 103 and 93 us. The "
-        "runs of 82bc310, 9903202 and 8268f3f gave ours 9,042, 8,988 and 10,644 req/s "
-        "against js-libp2p's 7,631, 7,052 and 8,057: 1.18x-1.32x, with both sides moving "
-        "from run to run (an A/B of request/response against 9903202, 5 turns, "
-        "gave 1.01x the time and 0.99x / 1.03x the CPU per request). Two things set the "
-        "rate. CPU per request: 2x would need about 55 us "
-        "a side, what one send and one receive on a persistent raw connection cost here "
-        "(55 and 53 us): a whole stream (open, send, half-close, read to EOF, close, and "
-        "on the server an accept and a handler task) for the price of the raw "
-        "connection's two calls. And the pipeline: each side reads a batch of requests "
-        "(or replies), its tasks step through them together, and their answers leave "
-        "together, so each side can wait for the other's batch. A reader that starts at "
-        "most 32 new streams a step, and, over the socket path, input that ends the "
-        "writer's wait for idleness, make the replies of one group leave while the next "
-        "is worked on (A/B against the code before, 3 turns: 0.93x the time). In this "
-        "run the client was busy 75% of the measured time (83 us of CPU in 111 us a "
-        "request), so part of what is missing is still waiting, not CPU."
+        "This run (the code of 6a3e79e, 2026-12-04): ours 19,973 req/s at 36 us (client) "
+        "and 40 us (server) of CPU a request, js-libp2p's mplex 12,439 req/s at 75 and 64 "
+        "us: 1.61x. The run of 1266da8 gave 9,237 against 8,857 (1.04x) and that of "
+        "8268f3f 10,644 against 8,057 (1.32x): both sides move with the machine, ours "
+        "more than js's. 6a3e79e cut the instructions a request costs both sides together "
+        "by 13.5% (`python -m benchmarks.probe_instructions <checkout of c4683db>`: 571k "
+        "against 494k), and an A/B (`python -m benchmarks.ab <checkout of c4683db> "
+        "request/response --turns 5`, on fce781f) gave 0.91x the time, with CPU per "
+        "request 0.79x (client) and 0.93x (server). What is left is mostly trio's: "
+        "callgrind counts about 19.7k instructions for a scheduler step of one of 100 "
+        "tasks and 47.6k for spawning and ending a task, and a request takes six steps on "
+        "the client and four steps and a task on the server (trio's rule: every call "
+        "documented as a checkpoint stays one), about 245k of the 494k. Each side was "
+        "busy about 75% of the time in the probes (`python -m benchmarks.probe_reqresp`): "
+        "each waits at times for the other's batch. Changing the writer's flush (FLUSH_AT "
+        "at 8 KiB, max_flush_delay at 0.2 ms) or ARRIVALS_PER_STEP (8, 128) moved nothing "
+        "beyond the noise: the client already writes every 18 requests or so and reads "
+        "every 9.5 (counted in /proc/PID/io)."
     ),
     "request/response client CPU per request vs a persistent raw connection's": (
         "In this run the persistent raw connection cost 43 us a request on each side, "
@@ -142,14 +152,18 @@ EXPLANATIONS: dict[str, str] = {
     ),
     "request/response server CPU per request vs a persistent raw connection's": (
         "The server runs a task per stream (as every mplex server that hands streams to "
-        "handlers must): the spawn, and the handler's three checkpoints (read the "
-        "request, send the reply, read EOF), where a raw connection's server does one "
-        "receive and one send per request. serve_connection, which the benchmark server "
-        "uses, starts the handlers of the streams that arrived together without a "
-        "scheduler pass each and closes a handler's stream as its task ends: 4.2 task "
-        "steps a request under cProfile, against 7.8 with the accept loop of the code "
-        "before (A/B, 3 turns: server CPU per request 0.67x-0.68x). In this run 86 us "
-        "against the raw connection's 53 us: 1.62x, at the limit."
+        "handlers must): the spawn (about 47.6k instructions under callgrind, as much as "
+        "two or three scheduler steps), and the handler's checkpoints (read the request, "
+        "send the reply, read EOF), where a raw connection's server does one receive and "
+        "one send per request. In this run 40 us against the raw connection's 24 us: "
+        "1.68x; the run of 8268f3f gave 1.59x and that of 1266da8 1.82x. The client's "
+        "side, with no task to spawn, met its limit here (36 us, 1.49x). 6a3e79e took the "
+        "server's per-stream work down (its own slot count instead of a trio.Semaphore, a "
+        "named handler task, no guard objects, the close path inlined): in an A/B against "
+        "c4683db (`python -m benchmarks.ab <checkout> request/response --turns 5`) 0.93x "
+        "the server CPU a request. Keeping a pool of handler tasks instead of a task per "
+        "stream would save the spawn but share one task's context variables and cancel "
+        "scope between handlers: not done."
     ),
     "host 32 B writes vs a js-libp2p node pair (throughput)": (
         "Most of each write through a py-libp2p host is py-libp2p's NetStream, which "
@@ -211,6 +225,9 @@ EXPLANATIONS: dict[str, str] = {
         "moving the reader aside costs more passes than the lender's wake-up saves."
         " In the run of 2026-12-04 the raw SSLStream's p50 was 305 us (496 us in the "
         "run before) and ours 638 us (598 us): the baseline moved, not the muxer."
+        " The run of 6a3e79e gave 2.37x (380 against 161 us); an A/B of TLS latency "
+        "against c4683db (`python -m benchmarks.ab <checkout> 'TLS latency' --turns 5`) "
+        "gave 1.00x: that day's changes did not move it."
     ),
     "TLS bulk 64 KiB vs raw trio SSLStream (throughput)": (
         "The receiver is the limit: `python -m benchmarks.probe_tls_receive` (384 MiB in "
@@ -258,6 +275,9 @@ EXPLANATIONS: dict[str, str] = {
         "mplex the same in both: "
         "1.280 and 1.215 s before, 1.319 and 1.216 s after, while "
         "the raw SSLStream baseline took 0.825-1.057 s (0.64x-0.87x)."
+        " Since 2026-12-04 the case moves 2 GiB (it took its size from the bare-TCP bulk "
+        "cases, lengthened from 256 MiB for their noise); the run of 6a3e79e gave 0.77x, "
+        "with 64 KiB sends at 0.89x in the same run."
     ),
     "TLS 32 B send_nowait time vs the same over bare TCP": (
         "Over TLS the reader gets the stream one TLS record (at most 16 KiB, about 480 "

@@ -1,0 +1,132 @@
+"""Instructions per request of the request/response workload, counted by callgrind:
+a figure that does not move with the machine's load, for A/B of the per-request path.
+
+    python -m benchmarks.probe_instructions [OTHER_CHECKOUT ...] [--workload reqresp]
+
+Both sides run in one process over a socketpair (the socket fast path): 100 workers,
+each request a new stream (open, 32 B, half-close, the 32 B echo read to EOF, close),
+served by ``serve_connection`` with a handler task per stream, as in the benchmark's
+request/response case.  The program runs twice under ``valgrind --tool=callgrind``,
+with 10 and 30 requests per worker; the difference over the 2,000 extra requests is
+the figure, so start-up and imports drop out.  ``--workload fanout`` counts 1 KiB
+sends on 100 streams instead, and ``--workload send-all`` 32 B ``send_all`` calls on one.
+
+Each checkout named runs with its own code (its directory first on ``PYTHONPATH``),
+after this one.  Timing still steers a few choices (the writer's quiet spell, its
+flush delay), so two runs of the same code differ by up to about 0.5%.
+Needs ``valgrind`` (Debian's package); a run takes about 40 s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import trio
+
+import mplex
+from mplex._bench import peer
+from mplex._bench.server import serve_mplex
+
+CHECKOUT = Path(__file__).resolve().parent.parent
+#: Requests (or sends) per worker of the two runs whose difference is counted.
+SHORT, LONG = 10, 30
+WORKERS = 100
+
+
+async def reqresp(count: int) -> None:
+    a, b = trio.socket.socketpair()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(serve_mplex, trio.SocketStream(b))
+        client = peer.Client("mplex", 0)
+        async with mplex.open_muxer(trio.SocketStream(a)) as muxer:
+            client.muxer = muxer
+            await peer.case_reqresp(client, argparse.Namespace(streams=WORKERS, count=count, per_request=0))
+
+
+async def sends(count: int, size: int, streams: int) -> None:
+    a, b = trio.socket.socketpair()
+    left_transport, right_transport = trio.SocketStream(a), trio.SocketStream(b)
+    async with mplex.open_muxer(left_transport) as left, mplex.open_muxer(right_transport) as right:
+
+        async def one() -> None:
+            stream = await left.open_stream()
+            peer_stream = await right.accept_stream()
+
+            async def drain() -> None:
+                got = 0
+                while got < count * size:
+                    got += len(await peer_stream.receive_some())
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(drain)
+                chunk = b"x" * size
+                for _ in range(count):
+                    await stream.send_all(chunk)
+
+        async with trio.open_nursery() as nursery:
+            for _ in range(streams):
+                nursery.start_soon(one)
+
+
+def run_workload(workload: str, count: int) -> None:
+    if workload == "reqresp":
+        trio.run(reqresp, count)
+    elif workload == "fanout":
+        trio.run(sends, count * 2, 1024, WORKERS)
+    else:
+        trio.run(sends, count * 2000, 32, 1)
+
+
+def units(workload: str) -> int:
+    """Requests or sends that the long run adds to the short one."""
+    if workload == "send-all":
+        return (LONG - SHORT) * 2000
+    return (LONG - SHORT) * WORKERS * (2 if workload == "fanout" else 1)
+
+
+def instructions(checkout: Path, workload: str, count: int) -> int:
+    env = {**os.environ, "PYTHONPATH": str(checkout), "PYTHONHASHSEED": "0"}
+    command = [
+        "valgrind",
+        "--tool=callgrind",
+        "--callgrind-out-file=/dev/null",
+        sys.executable,
+        str(Path(__file__).resolve()),  # this script, importing the checkout's mplex
+        "--run",
+        workload,
+        str(count),
+    ]
+    out = subprocess.run(command, cwd=checkout, env=env, capture_output=True, text=True, check=True)
+    found = re.search(r"Collected : (\d+)", out.stderr)
+    if found is None:
+        raise RuntimeError(f"callgrind printed no count:\n{out.stderr[-2000:]}")
+    return int(found.group(1))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("others", nargs="*", type=Path, help="other checkouts to count too")
+    parser.add_argument("--workload", choices=["reqresp", "fanout", "send-all"], default="reqresp")
+    parser.add_argument("--run", nargs=2, metavar=("WORKLOAD", "COUNT"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.run:
+        run_workload(args.run[0], int(args.run[1]))
+        return
+    if shutil.which("valgrind") is None:
+        sys.exit("valgrind is not installed (Debian: apt install valgrind)")
+    unit = {"reqresp": "request (both sides)", "fanout": "1 KiB send", "send-all": "32 B send_all"}
+    for checkout in [CHECKOUT, *args.others]:
+        short = instructions(checkout.resolve(), args.workload, SHORT)
+        long = instructions(checkout.resolve(), args.workload, LONG)
+        per = (long - short) / units(args.workload)
+        print(f"{checkout}: {per:,.0f} instructions per {unit[args.workload]}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
