@@ -268,14 +268,15 @@ class Decoder:
                 p = pos + 1
                 start = -1
                 if h >= 0x80:
-                    if pos + 3 < n and 0 < (b := data[p]) < 0x80:
-                        h = (h & 0x7F) | b << 7
-                        p += 1
-                    elif pos + 3 < n and b and 0 < (c := data[p + 1]) < 0x80:
-                        h = (h & 0x7F) | (b & 0x7F) << 7 | c << 14
-                        p += 2
-                    else:
-                        p = n
+                    p = n  # unless a minimal two- or three-byte header follows
+                    if pos + 3 < n:
+                        b = data[pos + 1]
+                        if 0 < b < 0x80:
+                            h = (h & 0x7F) | b << 7
+                            p = pos + 2
+                        elif b >= 0x80 and 0 < (c := data[pos + 2]) < 0x80:
+                            h = (h & 0x7F) | (b & 0x7F) << 7 | c << 14
+                            p = pos + 3
                 if p < n and h & 7 != 7:
                     length = data[p]
                     if length < 0x80:

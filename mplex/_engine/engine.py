@@ -35,8 +35,6 @@ __all__ = ["ARRIVALS_PER_STEP", "HAND_ON_SIZE", "Engine"]
 _OK = Verdict.OK
 _SEND_CLOSE = StreamEvent.SEND_CLOSE
 _RESET_RECEIVER = int(Flag.RESET_RECEIVER)
-#: The Close flag this side sends, by ``record.is_initiator`` (a call less than ``record.flag``).
-_CLOSE_FLAG = (Flag.CLOSE_RECEIVER, Flag.CLOSE_INITIATOR)
 _OPEN, _ENDED, _RESET = Direction.OPEN, Direction.ENDED, Direction.RESET
 _LOST, _CLOSED = Direction.LOST, Direction.CLOSED
 #: States whose direction from the peer is still open on the wire.
@@ -123,7 +121,7 @@ class Engine(Inbound):
         if verdict is not _OK:
             return False
         record.sending = _ENDED
-        self._control(record.id, _CLOSE_FLAG[record.is_initiator])
+        self._control(record.id, record.flag(Flag.CLOSE_INITIATOR))
         self._changed(record)
         return True
 
@@ -139,7 +137,7 @@ class Engine(Inbound):
         else:
             record.state, verdict = TRANSITIONS[(record.state, _SEND_CLOSE)]  # _apply, inlined
             if verdict is _OK:
-                self._control(record.id, _CLOSE_FLAG[record.is_initiator])
+                self._control(record.id, record.flag(Flag.CLOSE_INITIATOR))
         self._changed(record)
         if record.is_initiator:  # (_changed released it if the stream finished)
             self._release_slot(record)
