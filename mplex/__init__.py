@@ -54,6 +54,7 @@ if TYPE_CHECKING:
     from ._muxer import open_muxer as open_muxer
     from ._select import accept_protocol as accept_protocol
     from ._select import select_protocol as select_protocol
+    from ._serve import IDLE_HANDLER_TASKS as IDLE_HANDLER_TASKS
     from ._serve import LOGGED_HANDLER_ERRORS as LOGGED_HANDLER_ERRORS
     from ._serve import StreamHandler as StreamHandler
     from ._serve import serve_connection as serve_connection
@@ -94,6 +95,7 @@ _HOMES = {
     "open_muxer": "._muxer",
     "accept_protocol": "._select",
     "select_protocol": "._select",
+    "IDLE_HANDLER_TASKS": "._serve",
     "LOGGED_HANDLER_ERRORS": "._serve",
     "StreamHandler": "._serve",
     "serve_connection": "._serve",
@@ -107,6 +109,7 @@ _HOMES = {
 __version__ = "0.1.0"
 
 __all__ = [
+    "IDLE_HANDLER_TASKS",
     "LOGGED_HANDLER_ERRORS",
     "MAX_MESSAGE_SIZE",
     "MAX_PROTOCOL_MESSAGE_SIZE",

@@ -18,9 +18,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from trio.lowlevel import enable_ki_protection
+from trio.lowlevel import disable_ki_protection, enable_ki_protection
 
-__all__ = ["PROTECTION_IS_FREE", "protected", "protected_if_free"]
+__all__ = ["PROTECTION_IS_FREE", "protected", "protected_if_free", "unprotected"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -43,3 +43,9 @@ def protected(function: F) -> F:
 def protected_if_free(function: F) -> F:
     """Like ``protected`` where that costs nothing per call; as it is otherwise."""
     return enable_ki_protection(function) if PROTECTION_IS_FREE else function
+
+
+def unprotected(function: F) -> F:
+    """``function`` and what it calls (the program's code: a handler) can be interrupted
+    by ``KeyboardInterrupt`` however protected its callers are."""
+    return disable_ki_protection(function)

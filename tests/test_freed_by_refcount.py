@@ -17,7 +17,7 @@ import trio.testing
 
 import mplex
 from mplex import Flag
-from tests.helpers import RawPeer, frame, over_every_transport
+from tests.helpers import RawPeer, frame, over_every_transport, read_all, settle
 
 ENDINGS = ["aclose", "cancelled run", "peer hang-up", "protocol error"]
 
@@ -76,6 +76,46 @@ async def test_an_ended_connection_is_freed_by_reference_counting(
         # checkpoint lets it go; nothing of the connection may outlive that.
         await trio.lowlevel.checkpoint()
         assert [ref() for ref in refs] == [None, None, None]
+
+
+@over_every_transport
+async def test_a_served_connection_and_its_streams_are_freed_by_reference_counting(
+    transport: Callable[[], Any],
+) -> None:
+    """A stream both sides have closed is freed while its connection goes on, and the
+    connection once it has ended: serve_connection's handler tasks, busy or waiting
+    for the next stream, hold on to neither."""
+    streams: list[weakref.ref[Any]] = []
+    muxers: list[weakref.ref[Any]] = []
+
+    async def echo(stream: mplex.MplexStream) -> None:
+        streams.append(weakref.ref(stream))
+        await stream.send_all(await read_all(stream))
+
+    async def serve(server_end: trio.abc.Stream) -> None:
+        muxers.append(weakref.ref(await mplex.serve_connection(echo, server_end)))
+
+    async def request(client: mplex.Muxer) -> None:
+        async with await client.open_stream() as stream:
+            await stream.send_all(b"request")
+            await stream.send_eof()
+            assert await read_all(stream) == b"request"
+
+    with no_cyclic_gc(), trio.fail_after(30):
+        async with transport() as (a, b), trio.open_nursery() as nursery:
+            nursery.start_soon(serve, a)
+            async with mplex.open_muxer(b) as client:
+                for _ in range(10):
+                    await request(client)
+                async with trio.open_nursery() as requests:
+                    for _ in range(10):
+                        requests.start_soon(request, client)
+                await settle()
+                assert len(streams) == 20
+                assert [ref() for ref in streams] == [None] * 20
+        await trio.lowlevel.checkpoint()  # as above
+        assert len(muxers) == 1
+        assert muxers[0]() is None
 
 
 @pytest.mark.parametrize("ending", ENDINGS)

@@ -1,0 +1,105 @@
+"""The tasks that run ``serve_connection``'s handlers: each serves one stream after another.
+
+A task of its own per stream is what a handler expects, but starting a trio task and
+seeing it end is a large part of what a server spends on a short request.  So a
+handler task that has served its stream waits for the next one instead of ending, as
+long as its context is still what a new task would get: a copy of the context
+``serve_connection`` was called in (what ``nursery.start_soon`` gives).  A handler that
+leaves a context variable set ends its task, so the next handler never sees it.  The
+handlers run under the same nursery either way, unprotected from ``KeyboardInterrupt``.
+"""
+
+from __future__ import annotations
+
+import contextvars
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+import trio
+from trio.lowlevel import Abort, Task, current_task, reschedule, wait_task_rescheduled
+
+from ._protection import protected
+from ._stream import MplexStream
+
+__all__ = ["HANDLER_TASK", "HandlerTasks"]
+
+#: The name of every handler task (trio would otherwise format one per task).
+HANDLER_TASK = "mplex stream handler"
+
+
+class HandlerTasks:
+    """Handler tasks in ``nursery``, each calling ``serve(stream)`` for the streams it is
+    given, one after another; at most ``idle_limit`` of them wait for a stream at once
+    (the others end)."""
+
+    def __init__(
+        self,
+        nursery: trio.Nursery,
+        serve: Callable[[MplexStream], Coroutine[Any, Any, None]],
+        idle_limit: int,
+    ) -> None:
+        self._nursery = nursery
+        self._serve = serve
+        self._idle_limit = idle_limit
+        #: Idle tasks, each with the stream it is handed (None to end): the last to go
+        #: idle is the first woken.
+        self._idle: list[_Idle] = []
+        self._context = contextvars.copy_context()
+        self._closed = False
+
+    def start(self, stream: MplexStream) -> None:
+        """Serve ``stream`` in an idle handler task, or in a new one."""
+        if self._idle:
+            waiting = self._idle.pop()
+            waiting.stream = stream
+            reschedule(waiting.task)
+        else:
+            self._nursery.start_soon(self._work, stream, name=HANDLER_TASK)
+
+    def close(self) -> None:
+        """No more streams: idle tasks end now, busy ones when their handler returns."""
+        self._closed = True
+        idle, self._idle = self._idle, []
+        for waiting in idle:
+            reschedule(waiting.task)
+
+    @protected  # the handler is not: ``serve`` is unprotected
+    async def _work(self, stream: MplexStream | None) -> None:
+        me = _Idle(current_task())
+        while stream is not None:
+            await self._serve(stream)
+            stream = None  # an idle task holds no stream
+            if self._context_changed():
+                return
+            stream = await self._next_stream(me)
+
+    def _context_changed(self) -> bool:
+        """Whether the running task's context differs from a new handler task's: a
+        variable set, added or removed (an equal value that is another object counts)."""
+        now, fresh = contextvars.copy_context(), self._context
+        return len(now) != len(fresh) or any(now.get(var, now) is not value for var, value in fresh.items())
+
+    async def _next_stream(self, waiting: _Idle) -> MplexStream | None:
+        """Wait, idle, for the next stream; None when the task is to end."""
+        if self._closed or len(self._idle) >= self._idle_limit:
+            return None
+        waiting.stream = None
+        idle = self._idle
+        idle.append(waiting)
+
+        def abort(_: Any) -> Abort:
+            idle.remove(waiting)
+            return Abort.SUCCEEDED
+
+        await wait_task_rescheduled(abort)
+        return waiting.stream
+
+
+class _Idle:
+    """An idle handler task, and the stream it is handed when woken."""
+
+    __slots__ = ("stream", "task")
+
+    def __init__(self, task: Task) -> None:
+        self.task = task
+        self.stream: MplexStream | None = None
