@@ -5,7 +5,7 @@ a figure that does not move with the machine's load, for A/B of the per-request 
 
 Both sides run in one process over a socketpair (the socket fast path): 100 workers,
 each request a new stream (open, 32 B, half-close, the 32 B echo read to EOF, close),
-served by ``serve_connection`` with a handler task per stream, as in the benchmark's
+served by ``serve_connection`` (a handler per stream, in its reused tasks), as in the benchmark's
 request/response case.  The program runs twice under ``valgrind --tool=callgrind``,
 with 10 and 30 requests per worker; the difference over the 2,000 extra requests is
 the figure, so start-up and imports drop out.  ``--workload fanout`` counts 1 KiB

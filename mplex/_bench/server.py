@@ -60,7 +60,7 @@ MANY_STREAMS = mplex.Config(max_inbound_streams=20_000, max_outbound_streams=20_
 
 
 async def serve_mplex(transport: trio.abc.Stream, config: mplex.Config = MANY_STREAMS) -> None:
-    """The library's own server loop: a handler task per stream, closed when it returns."""
+    """The library's own server loop: a handler per stream, closed when it returns."""
     await mplex.serve_connection(serve_stream_modes, transport, config=config)
 
 
