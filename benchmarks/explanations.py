@@ -55,6 +55,8 @@ EXPLANATIONS: dict[str, str] = {
         "before that day's engine redesign (`python -m benchmarks.ab <checkout> 32B`) "
         "gave send_all 1.09x (5 turns) and 1.02x (7 turns). "
         "Use send_nowait for tiny messages."
+        " The run of 791ff2b gave 2.19x, within the spread above; its send_all code is "
+        "that of the run of 6a3e79e (2.41x)."
     ),
     "32 B send_all time vs send_nowait + bare checkpoints": (
         "The send_nowait time in this sum comes from a tight loop, where an append costs "
@@ -64,6 +66,8 @@ EXPLANATIONS: dict[str, str] = {
         "in one process with a muxer running. Runs on 2026-11-30 gave 1.22x-1.27x; on "
         "2026-12-01 the machine ran about 2x slower and this ratio moved with it; the "
         "six full runs of 2026-12-02 gave 1.28x, 1.36x, 1.22x, 1.22x, 1.36x and 1.23x."
+        " The run of 791ff2b gave 1.37x, with send_all's code unchanged since the run "
+        "of 6a3e79e."
     ),
     "bulk 64 KiB vs raw trio socket (throughput)": (
         "Issue 28 asks 0.9x (the report asked 0.5x until 2026-12-04). A case lasts "
@@ -77,6 +81,11 @@ EXPLANATIONS: dict[str, str] = {
         "of 0.15 s); the first full run at that size (6a3e79e) gave 1.00x (64 KiB) and "
         "0.99x (1 MiB), and three runs of `python -m benchmarks 'bulk 64 KiB' 'bulk 1 "
         "MiB' --runs 3` gave 0.92x/0.97x, 1.04x/1.01x and 1.95x/1.11x."
+        " The run of 791ff2b gave 0.72x (64 KiB) and 0.86x (1 MiB), with the bulk path "
+        "unchanged since the run of 6a3e79e (1.00x and 0.99x); an A/B against 3f08c1d "
+        "right after (`python -m benchmarks.ab <checkout> 'bulk 64 KiB' 'bulk 1 MiB' "
+        "--turns 5`) gave 0.92x and 1.08x the time, and `python -m benchmarks 'bulk 64 "
+        "KiB' 'bulk 1 MiB' request/response --runs 3` 1.33x and 0.87x."
     ),
     "bulk 1 MiB vs raw trio socket (throughput)": (
         "Issue 28 asks 0.9x (the report asked 0.5x until 2026-12-04); full runs gave "
@@ -96,6 +105,11 @@ EXPLANATIONS: dict[str, str] = {
         "of 0.15 s); the first full run at that size (6a3e79e) gave 1.00x (64 KiB) and "
         "0.99x (1 MiB), and three runs of `python -m benchmarks 'bulk 64 KiB' 'bulk 1 "
         "MiB' --runs 3` gave 0.92x/0.97x, 1.04x/1.01x and 1.95x/1.11x."
+        " The run of 791ff2b gave 0.72x (64 KiB) and 0.86x (1 MiB), with the bulk path "
+        "unchanged since the run of 6a3e79e (1.00x and 0.99x); an A/B against 3f08c1d "
+        "right after (`python -m benchmarks.ab <checkout> 'bulk 64 KiB' 'bulk 1 MiB' "
+        "--turns 5`) gave 0.92x and 1.08x the time, and `python -m benchmarks 'bulk 64 "
+        "KiB' 'bulk 1 MiB' request/response --runs 3` 1.33x and 0.87x."
     ),
     "bulk 16 MiB vs raw trio socket (throughput)": (
         "One 16 MiB send lasts 4-12 ms, so a single run is noisy. Runs on 2026-11-30 "
@@ -118,6 +132,9 @@ EXPLANATIONS: dict[str, str] = {
         "is the same workload with a TCP connection in place of each stream, which mplex "
         "outran by 2.65x-3.04x in the runs of 2026-11-30. Meeting 1.0x would need a "
         "whole stream to cost less than one send and one receive on an open connection."
+        " The run of 791ff2b gave 0.43x, the run of the case alone after it 0.60x; "
+        "since e2f7722 the server reuses handler tasks instead of starting one a "
+        "stream."
     ),
     "request/response, a stream per request, vs js-libp2p mplex (req/s)": (
         "This run (the code of 6a3e79e, 2026-12-04): ours 19,973 req/s at 36 us (client) "
@@ -138,6 +155,15 @@ EXPLANATIONS: dict[str, str] = {
         "at 8 KiB, max_flush_delay at 0.2 ms) or ARRIVALS_PER_STEP (8, 128) moved nothing "
         "beyond the noise: the client already writes every 18 requests or so and reads "
         "every 9.5 (counted in /proc/PID/io)."
+        " The run of 791ff2b (2026-12-04, 14:38 UTC) gave 1.93x: ours 19,120 req/s at "
+        "40 us (client) and 37 us (server) of CPU a request, js-libp2p's mplex 9,908 at"
+        " 95 and 82 us. Since e2f7722 serve_connection reuses a handler task whose "
+        "handler returned (up to mplex.IDLE_HANDLER_TASKS a connection) instead of "
+        "starting one per stream: `python -m benchmarks.probe_instructions <checkout of"
+        " 3f08c1d>` counted 497k instructions a request before and 465k after, both "
+        "sides. A run of `python -m benchmarks 'bulk 64 KiB' 'bulk 1 MiB' "
+        "request/response --runs 3` right after the full run gave 2.06x (22,951 against"
+        " 11,156 req/s)."
     ),
     "request/response client CPU per request vs a persistent raw connection's": (
         "In this run the persistent raw connection cost 43 us a request on each side, "
@@ -149,21 +175,29 @@ EXPLANATIONS: dict[str, str] = {
         "takes two, and queues three frames (NewStream, Message, Close) where the raw "
         "connection writes one. `python -m benchmarks.probe_reqresp` counts the client's "
         "task steps: 6.2 a request against 2.0."
+        " The run of 791ff2b gave 1.79x (40 against 22 us), with the raw connection "
+        "cheaper than in the run before (22 against 24 us); the run of the case alone "
+        "that followed (see the row against js-libp2p) gave 1.26x (33 against 26 us). "
+        "The client's code did not change that day: A/Bs against 3f08c1d (`python -m "
+        "benchmarks.ab <checkout> request/response --turns 5`, 11 and 15 turns) gave "
+        "its CPU a request 1.06x, 0.97x and 1.01x."
     ),
     "request/response server CPU per request vs a persistent raw connection's": (
-        "The server runs a task per stream (as every mplex server that hands streams to "
-        "handlers must): the spawn (about 47.6k instructions under callgrind, as much as "
-        "two or three scheduler steps), and the handler's checkpoints (read the request, "
-        "send the reply, read EOF), where a raw connection's server does one receive and "
-        "one send per request. In this run 40 us against the raw connection's 24 us: "
-        "1.68x; the run of 8268f3f gave 1.59x and that of 1266da8 1.82x. The client's "
-        "side, with no task to spawn, met its limit here (36 us, 1.49x). 6a3e79e took the "
-        "server's per-stream work down (its own slot count instead of a trio.Semaphore, a "
-        "named handler task, no guard objects, the close path inlined): in an A/B against "
-        "c4683db (`python -m benchmarks.ab <checkout> request/response --turns 5`) 0.93x "
-        "the server CPU a request. Keeping a pool of handler tasks instead of a task per "
-        "stream would save the spawn but share one task's context variables and cancel "
-        "scope between handlers: not done."
+        "Until e2f7722 the server started a task per stream (about 47.6k instructions "
+        "under callgrind to start and end, as much as two or three scheduler steps); "
+        "since, a handler task whose handler returned, and left its context variables "
+        "as they were, serves the connection's next stream (a handler that sets one "
+        "ends its task, so no handler sees another's), and up to "
+        "mplex.IDLE_HANDLER_TASKS of a connection wait for one. What is left are the "
+        "handler's checkpoints (read the request, send the reply, read EOF), where a "
+        "raw connection's server does one receive and one send per request. The run of "
+        "6a3e79e gave 1.68x (40 against 24 us), that of 8268f3f 1.59x and that of "
+        "1266da8 1.82x. The run of 791ff2b gave 1.69x (37 against 22 us) and the run of"
+        " the case alone after it 1.29x (32 against 25 us); A/Bs of the server's CPU a "
+        "request against 3f08c1d (`python -m benchmarks.ab <checkout> "
+        "request/response`, 5, 11 and 15 turns) gave 1.11x, 0.95x and 0.92x, and "
+        "callgrind counts 6% fewer instructions a request, both sides (see the row "
+        "against js-libp2p)."
     ),
     "host 32 B writes vs a js-libp2p node pair (throughput)": (
         "Most of each write through a py-libp2p host is py-libp2p's NetStream, which "
@@ -228,6 +262,7 @@ EXPLANATIONS: dict[str, str] = {
         " The run of 6a3e79e gave 2.37x (380 against 161 us); an A/B of TLS latency "
         "against c4683db (`python -m benchmarks.ab <checkout> 'TLS latency' --turns 5`) "
         "gave 1.00x: that day's changes did not move it."
+        " The run of 791ff2b gave 1.84x (434 against 237 us)."
     ),
     "TLS bulk 64 KiB vs raw trio SSLStream (throughput)": (
         "The receiver is the limit: `python -m benchmarks.probe_tls_receive` (384 MiB in "
@@ -278,6 +313,7 @@ EXPLANATIONS: dict[str, str] = {
         " Since 2026-12-04 the case moves 2 GiB (it took its size from the bare-TCP bulk "
         "cases, lengthened from 256 MiB for their noise); the run of 6a3e79e gave 0.77x, "
         "with 64 KiB sends at 0.89x in the same run."
+        " The run of 791ff2b gave 0.80x (64 KiB sends: 0.85x)."
     ),
     "TLS 32 B send_nowait time vs the same over bare TCP": (
         "Over TLS the reader gets the stream one TLS record (at most 16 KiB, about 480 "
