@@ -54,7 +54,10 @@ class HandlerTasks:
             waiting.stream = stream
             reschedule(waiting.task)
         else:
-            self._nursery.start_soon(self._work, stream, name=HANDLER_TASK)
+            # Handed over in a holder, not as an argument: trio 0.27 copies a protected
+            # coroutine's arguments into its frame's locals dict, which would keep the
+            # first stream alive as long as the task.
+            self._nursery.start_soon(self._work, _Idle(stream), name=HANDLER_TASK)
 
     def close(self) -> None:
         """No more streams: idle tasks end now, busy ones when their handler returns."""
@@ -64,14 +67,17 @@ class HandlerTasks:
             reschedule(waiting.task)
 
     @protected  # the handler is not: ``serve`` is unprotected
-    async def _work(self, stream: MplexStream | None) -> None:
-        me = _Idle(current_task())
-        while stream is not None:
+    async def _work(self, me: _Idle) -> None:
+        me.task = current_task()
+        while True:
+            stream, me.stream = me.stream, None  # an idle task holds no stream
+            if stream is None:
+                return
             await self._serve(stream)
-            stream = None  # an idle task holds no stream
+            stream = None
             if self._context_changed():
                 return
-            stream = await self._next_stream(me)
+            await self._wait_for_stream(me)
 
     def _context_changed(self) -> bool:
         """Whether the running task's context differs from a new handler task's: a
@@ -79,11 +85,11 @@ class HandlerTasks:
         now, fresh = contextvars.copy_context(), self._context
         return len(now) != len(fresh) or any(now.get(var, now) is not value for var, value in fresh.items())
 
-    async def _next_stream(self, waiting: _Idle) -> MplexStream | None:
-        """Wait, idle, for the next stream; None when the task is to end."""
+    async def _wait_for_stream(self, waiting: _Idle) -> None:
+        """Wait, idle, until handed a stream (in ``waiting.stream``); return at once, with
+        none, when the task is to end."""
         if self._closed or len(self._idle) >= self._idle_limit:
-            return None
-        waiting.stream = None
+            return
         idle = self._idle
         idle.append(waiting)
 
@@ -92,14 +98,13 @@ class HandlerTasks:
             return Abort.SUCCEEDED
 
         await wait_task_rescheduled(abort)
-        return waiting.stream
 
 
 class _Idle:
-    """An idle handler task, and the stream it is handed when woken."""
+    """A handler task, and the stream it is handed (None while it has none)."""
 
     __slots__ = ("stream", "task")
 
-    def __init__(self, task: Task) -> None:
-        self.task = task
-        self.stream: MplexStream | None = None
+    def __init__(self, stream: MplexStream | None) -> None:
+        self.stream = stream
+        self.task: Task  # set by the task itself
