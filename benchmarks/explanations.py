@@ -164,6 +164,10 @@ EXPLANATIONS: dict[str, str] = {
         "sides. A run of `python -m benchmarks 'bulk 64 KiB' 'bulk 1 MiB' "
         "request/response --runs 3` right after the full run gave 2.06x (22,951 against"
         " 11,156 req/s)."
+        " The run of 0508db7 (the same code but for how a new handler task gets its first "
+        "stream; 15:40-15:54 UTC) gave 1.58x: ours 18,506 req/s at 37 and 39 us, "
+        "js-libp2p's 11,741 at 80 and 68 us; CPU a request 1.39x (client) and 1.45x "
+        "(server) of the raw connection's 27 us."
     ),
     "request/response client CPU per request vs a persistent raw connection's": (
         "In this run the persistent raw connection cost 43 us a request on each side, "
