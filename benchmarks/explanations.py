@@ -9,6 +9,19 @@ from __future__ import annotations
 
 from mplex._bench.report import Commentary
 
+#: What the full runs since the bulk cases moved 2 GiB gave, for both of them.
+_BULK_RUNS_SINCE_2_GIB = (
+    " Since 2026-12-04 the case moves 2 GiB instead of 256 MiB (a second or so instead "
+    "of 0.15 s); the first full run at that size (6a3e79e) gave 1.00x (64 KiB) and "
+    "0.99x (1 MiB), and three runs of `python -m benchmarks 'bulk 64 KiB' 'bulk 1 "
+    "MiB' --runs 3` gave 0.92x/0.97x, 1.04x/1.01x and 1.95x/1.11x."
+    " The run of 791ff2b gave 0.72x (64 KiB) and 0.86x (1 MiB), with the bulk path "
+    "unchanged since the run of 6a3e79e (1.00x and 0.99x); an A/B against 3f08c1d "
+    "right after (`python -m benchmarks.ab <checkout> 'bulk 64 KiB' 'bulk 1 MiB' "
+    "--turns 5`) gave 0.92x and 1.08x the time, and `python -m benchmarks 'bulk 64 "
+    "KiB' 'bulk 1 MiB' request/response --runs 3` 1.33x and 0.87x."
+)
+
 #: Why a target can be missed on this design, shown in RESULTS.md only when it is.
 EXPLANATIONS: dict[str, str] = {
     "32 B send_nowait with logging at INFO vs without (tracing off costs)": (
@@ -77,16 +90,8 @@ EXPLANATIONS: dict[str, str] = {
         "ratio says little. Full runs gave 0.98x (82bc310), 0.68x (9903202), 1.28x "
         "(8268f3f) and 0.84x (1266da8). The receiver copies each 64 KiB body out of its 256 KiB read, where "
         "a raw socket hands its read over as it is."
-        " Since 2026-12-04 the case moves 2 GiB instead of 256 MiB (a second or so instead "
-        "of 0.15 s); the first full run at that size (6a3e79e) gave 1.00x (64 KiB) and "
-        "0.99x (1 MiB), and three runs of `python -m benchmarks 'bulk 64 KiB' 'bulk 1 "
-        "MiB' --runs 3` gave 0.92x/0.97x, 1.04x/1.01x and 1.95x/1.11x."
-        " The run of 791ff2b gave 0.72x (64 KiB) and 0.86x (1 MiB), with the bulk path "
-        "unchanged since the run of 6a3e79e (1.00x and 0.99x); an A/B against 3f08c1d "
-        "right after (`python -m benchmarks.ab <checkout> 'bulk 64 KiB' 'bulk 1 MiB' "
-        "--turns 5`) gave 0.92x and 1.08x the time, and `python -m benchmarks 'bulk 64 "
-        "KiB' 'bulk 1 MiB' request/response --runs 3` 1.33x and 0.87x."
-    ),
+    )
+    + _BULK_RUNS_SINCE_2_GIB,
     "bulk 1 MiB vs raw trio socket (throughput)": (
         "Issue 28 asks 0.9x (the report asked 0.5x until 2026-12-04); full runs gave "
         "0.82x (82bc310), 0.77x (9903202), 0.86x (8268f3f) and 0.70x (1266da8), within the noise "
@@ -101,16 +106,8 @@ EXPLANATIONS: dict[str, str] = {
         "0.96x and 1.16x, after the change that made the receiver stop page-faulting: "
         "importing mplex frees one 2 MiB block so that glibc keeps receive buffers in its "
         "heap (without it, 20,000-40,000 page faults per 256 MiB received and about 0.6x)."
-        " Since 2026-12-04 the case moves 2 GiB instead of 256 MiB (a second or so instead "
-        "of 0.15 s); the first full run at that size (6a3e79e) gave 1.00x (64 KiB) and "
-        "0.99x (1 MiB), and three runs of `python -m benchmarks 'bulk 64 KiB' 'bulk 1 "
-        "MiB' --runs 3` gave 0.92x/0.97x, 1.04x/1.01x and 1.95x/1.11x."
-        " The run of 791ff2b gave 0.72x (64 KiB) and 0.86x (1 MiB), with the bulk path "
-        "unchanged since the run of 6a3e79e (1.00x and 0.99x); an A/B against 3f08c1d "
-        "right after (`python -m benchmarks.ab <checkout> 'bulk 64 KiB' 'bulk 1 MiB' "
-        "--turns 5`) gave 0.92x and 1.08x the time, and `python -m benchmarks 'bulk 64 "
-        "KiB' 'bulk 1 MiB' request/response --runs 3` 1.33x and 0.87x."
-    ),
+    )
+    + _BULK_RUNS_SINCE_2_GIB,
     "bulk 16 MiB vs raw trio socket (throughput)": (
         "One 16 MiB send lasts 4-12 ms, so a single run is noisy. Runs on 2026-11-30 "
         "gave 0.70x-0.73x once the receiver stopped page-faulting (see bulk 1 MiB); "
