@@ -97,7 +97,9 @@ EXPLANATIONS: dict[str, str] = {
         "0.82x (82bc310), 0.77x (9903202), 0.86x (8268f3f) and 0.70x (1266da8), within the noise "
         "described for bulk 64 KiB. Our sender splits 1 MiB sends into 64 KiB frames "
         "(Config.max_send_frame_size), so the receiver copies each body out of its "
-        "read once; reads of 64 KiB or more of a larger frame's body (js-libp2p and "
+        "read, and receive_some joins what is buffered (a second copy; the decoder "
+        "joins adjacent frames of one stream in a read too); reads of 64 KiB or more "
+        "of a larger frame's body (js-libp2p and "
         "go-mplex peers send up to 1 MiB) go to the stream without a copy since "
         "8268f3f, which `python -m benchmarks.probe_large_frames <checkout> --turns 5` "
         "measured neutral for the receiver of 1 MiB frames (1,900 against 1,883 MB/s). "
@@ -107,7 +109,21 @@ EXPLANATIONS: dict[str, str] = {
         "importing mplex frees one 2 MiB block so that glibc keeps receive buffers in its "
         "heap (without it, 20,000-40,000 page faults per 256 MiB received and about 0.6x)."
     )
-    + _BULK_RUNS_SINCE_2_GIB,
+    + _BULK_RUNS_SINCE_2_GIB
+    + (
+        " Two changes were tried on 2026-12-04 and not shipped, since the time did not "
+        "move: (1) the decoder handing large Message bodies on as views of the read, "
+        "joined once when taken (one copy a byte). The engine alone (decode, deliver, "
+        "take; in one process) took 78 instead of 115 us per MiB of 64 KiB frames, but "
+        "`python -m benchmarks.probe_large_frames <checkout> --frame 65536 --mib 1024 "
+        "--turns 9` gave the receiver 459 and 449 ms of CPU against 392 and 430 ms "
+        "before; (2) the sending task finishing its own writev of a large send as the "
+        "socket drains, instead of handing the rest of a frame to the writer task: the "
+        "client's user CPU for 2 GiB in 1 MiB sends fell from 0.67-0.86 s to "
+        "0.37-0.47 s (the raw socket's: 0.44-0.50 s), but `python -m benchmarks.ab "
+        "<checkout> 'bulk 1 MiB' 'bulk 64 KiB' 'bulk 16 MiB x 64' --turns 7` gave "
+        "1.02x, 1.00x and 1.63x the time (16 MiB sends slowed down)."
+    ),
     "bulk 16 MiB vs raw trio socket (throughput)": (
         "One 16 MiB send lasts 4-12 ms, so a single run is noisy. Runs on 2026-11-30 "
         "gave 0.70x-0.73x once the receiver stopped page-faulting (see bulk 1 MiB); "
