@@ -19,7 +19,8 @@ _BULK_RUNS_SINCE_2_GIB = (
     "unchanged since the run of 6a3e79e (1.00x and 0.99x); an A/B against 3f08c1d "
     "right after (`python -m benchmarks.ab <checkout> 'bulk 64 KiB' 'bulk 1 MiB' "
     "--turns 5`) gave 0.92x and 1.08x the time, and `python -m benchmarks 'bulk 64 "
-    "KiB' 'bulk 1 MiB' request/response --runs 3` 1.33x and 0.87x."
+    "KiB' 'bulk 1 MiB' request/response --runs 3` 1.33x and 0.87x. The run of 0508db7 "
+    "gave 0.97x and 0.83x, that of 7699821 (the same library code) 0.95x and 0.90x."
 )
 
 #: Why a target can be missed on this design, shown in RESULTS.md only when it is.
@@ -127,7 +128,8 @@ EXPLANATIONS: dict[str, str] = {
     "bulk 16 MiB vs raw trio socket (throughput)": (
         "One 16 MiB send lasts 4-12 ms, so a single run is noisy. Runs on 2026-11-30 "
         "gave 0.70x-0.73x once the receiver stopped page-faulting (see bulk 1 MiB); "
-        "before, 0.22x-0.56x. The sustained transfer (1 GiB in 16 MiB sends) meets its "
+        "before, 0.22x-0.56x. The run of 7699821 gave 0.40x (10 ms against the raw "
+        "socket's 4 ms). The sustained transfer (1 GiB in 16 MiB sends) meets its "
         "target by a wide margin."
     ),
     "request/response vs 100 raw connections (req/s)": (
@@ -150,7 +152,7 @@ EXPLANATIONS: dict[str, str] = {
         "stream."
     ),
     "request/response, a stream per request, vs js-libp2p mplex (req/s)": (
-        "This run (the code of 6a3e79e, 2026-12-04): ours 19,973 req/s at 36 us (client) "
+        "The run of 6a3e79e (2026-12-04): ours 19,973 req/s at 36 us (client) "
         "and 40 us (server) of CPU a request, js-libp2p's mplex 12,439 req/s at 75 and 64 "
         "us: 1.61x. The run of 1266da8 gave 9,237 against 8,857 (1.04x) and that of "
         "8268f3f 10,644 against 8,057 (1.32x): both sides move with the machine, ours "
@@ -180,7 +182,10 @@ EXPLANATIONS: dict[str, str] = {
         " The run of 0508db7 (the same code but for how a new handler task gets its first "
         "stream; 15:40-15:54 UTC) gave 1.58x: ours 18,506 req/s at 37 and 39 us, "
         "js-libp2p's 11,741 at 80 and 68 us; CPU a request 1.39x (client) and 1.45x "
-        "(server) of the raw connection's 27 us."
+        "(server) of the raw connection's 27 us. This run (7699821, the library code of "
+        "0508db7; 17:28-17:41 UTC) gave 1.99x: ours 22,903 req/s at 33 and 32 us, "
+        "js-libp2p's 11,523 at 80 and 70 us; CPU a request 1.33x and 1.27x of the raw "
+        "connection's 25 us."
     ),
     "request/response client CPU per request vs a persistent raw connection's": (
         "In this run the persistent raw connection cost 43 us a request on each side, "
