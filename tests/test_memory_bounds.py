@@ -17,7 +17,7 @@ import trio.testing
 
 import mplex
 from mplex import Flag
-from tests.helpers import frame, read_all, settle
+from tests.helpers import RawPeer, TransportPair, frame, over_every_transport, read_all, settle
 
 BUDGET = mplex.Config(max_stream_buffer=256 * 1024, max_connection_buffer=1024 * 1024)
 #: What the muxer may hold beyond the budget: one 64 KiB frame that crossed a limit, one
@@ -173,3 +173,37 @@ class TestManyStreamsAndFrames:
                     await muxer.accept_stream()
             assert isinstance(info.value.__cause__, mplex.FrameTooLargeError)
         assert peak[0] < SLACK
+
+
+@over_every_transport
+async def test_unread_data_holds_its_own_bytes_not_the_reads_it_came_in(transport: TransportPair) -> None:
+    """A large Message body that lies whole in one transport read reaches its stream
+    as a view of that read (copied once, when taken).  What is still unread when the
+    next read comes in is copied out first, so a stream that leaves one frame of
+    every read unread holds those frames' bytes, not every read they came in."""
+    kept, taken, rounds = 20 * 1024, 200 * 1024, 20
+    config = mplex.Config(prime_allocator=False, max_stream_buffer=4 * 2**20, max_connection_buffer=8 * 2**20)
+    async with transport() as (a, b), mplex.open_muxer(a, config) as muxer:
+        peer = RawPeer(b)
+        await peer.send(frame(0, Flag.NEW_STREAM), frame(1, Flag.NEW_STREAM))
+        unread, drained = await muxer.accept_stream(), await muxer.accept_stream()
+        tracemalloc.start()
+        try:
+            start, _ = tracemalloc.get_traced_memory()
+            for _ in range(rounds):
+                # One send, so that over memory and sockets one read holds both frames.
+                await peer.send(
+                    frame(0, Flag.MESSAGE_INITIATOR, b"k" * kept),
+                    frame(1, Flag.MESSAGE_INITIATOR, b"t" * taken),
+                )
+                got = 0
+                while got < taken:
+                    got += len(await drained.receive_some())
+            while unread.unread_bytes < rounds * kept:
+                await trio.testing.wait_all_tasks_blocked()
+            held, _ = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+        assert await unread.receive_some() == b"k" * (rounds * kept)  # nothing lost
+    # Views kept alive would hold every read: rounds * (kept + taken), 4.3 MiB.
+    assert held - start < rounds * kept + SLACK

@@ -29,8 +29,9 @@ from .wire import MAX_MESSAGE_SIZE, MAX_PREFIX_BYTES, Flag, Frame
 
 __all__ = ["Decoder", "RawFrame"]
 
-RawFrame = tuple[int, bytes]
-"""(header, body): the Decoder's internal, allocation-light frame form."""
+RawFrame = tuple[int, bytes | memoryview]
+"""(header, body): the Decoder's internal, allocation-light frame form.  The body is
+a view of the fed chunk only for a decoder made with ``views=True``."""
 
 
 class Decoder:
@@ -47,6 +48,7 @@ class Decoder:
         *,
         coalesce: bool = False,
         frames_per_feed: int | None = None,
+        views: bool = False,
     ) -> None:
         if max_message_size < 0:
             raise ValueError("max_message_size must not be negative")
@@ -59,6 +61,11 @@ class Decoder:
         #: unparsed, for ``resume_raw`` (``pending``).  None: no bound.  This bounds the
         #: work a caller does between two yields, whatever a peer packs into one chunk.
         self.frames_per_feed = frames_per_feed
+        #: With ``views=True`` (``feed_raw`` and ``resume_raw`` only), the body of a
+        #: Message frame of ``VIEW_AT`` bytes or more that lies whole in the fed chunk
+        #: comes out as a view of the chunk, not a copy: a receiver that joins what it
+        #: takes then copies each byte once.  The view keeps the whole chunk alive.
+        self.views = views
         self._rest: tuple[bytes, int, int] | None = None  # (chunk, position, its offset)
         #: Frames decoded so far (before any coalescing).
         self.frames_decoded = 0
@@ -94,9 +101,9 @@ class Decoder:
         try:
             raw = self.feed_raw(data)
         except ProtocolError as exc:
-            exc.decoded = [Frame(h >> 3, Flag(h & 7), body) for h, body in exc.decoded]
+            exc.decoded = _frames(exc.decoded)
             raise
-        return [Frame(h >> 3, Flag(h & 7), body) for h, body in raw]
+        return _frames(raw)
 
     def feed_raw(self, data: bytes | bytearray | memoryview) -> list[RawFrame]:
         """Like ``feed()``, returning ``(header, body)`` tuples: cheaper on the hot path.
@@ -255,6 +262,8 @@ class Decoder:
         run: list[bytes] = []
         count = 0
         steps_left = self.frames_per_feed or -1
+        views = self.views
+        whole: memoryview | None = None  # ``data`` as a view, once a body needs one
         try:
             while pos < n:
                 if not steps_left:
@@ -302,7 +311,7 @@ class Decoder:
                 count += 1
                 frame_start = pos
                 pos = end
-                if coalesce and (h & 7 == 1 or h & 7 == 2):
+                if coalesce and length < VIEW_AT and (h & 7 == 1 or h & 7 == 2):
                     if h != run_header:
                         if run:
                             append((run_header, run[0] if len(run) == 1 else b"".join(run)))
@@ -324,12 +333,25 @@ class Decoder:
                     append((run_header, run[0] if len(run) == 1 else b"".join(run)))
                     run_header = -1
                     run = []
-                append((h, data[start:end]))
+                if views and length >= VIEW_AT and (h & 7 == 1 or h & 7 == 2):
+                    if whole is None:
+                        whole = memoryview(data)
+                    append((h, whole[start:end]))
+                else:
+                    append((h, data[start:end]))
         finally:
             self.frames_decoded += count
             if run:
                 append((run_header, run[0] if len(run) == 1 else b"".join(run)))
 
+
+def _frames(raw: list[RawFrame]) -> list[Frame]:
+    return [Frame(h >> 3, Flag(h & 7), body if type(body) is bytes else bytes(body)) for h, body in raw]
+
+
+#: Message bodies this large are never merged with their neighbours (merging would
+#: copy them), and with ``views=True`` come out as views of their chunk.
+VIEW_AT = 16 * 1024
 
 #: A piece of a body in progress this large (and at least half its chunk) is kept as
 #: it came, not copied: the body is joined once it is complete.

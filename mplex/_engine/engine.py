@@ -53,7 +53,7 @@ class Engine(Inbound):
         self.name_limit = min(config.max_stream_name_size, config.max_send_frame_size)
         #: Decodes the input, at most ``Config.frames_per_yield`` frames per step.
         self.decoder = Decoder(
-            config.max_message_size, coalesce=True, frames_per_feed=config.frames_per_yield
+            config.max_message_size, coalesce=True, frames_per_feed=config.frames_per_yield, views=True
         )
         self.outbox = Outbox(config.send_high_water)
         #: Every stream's unread bytes.

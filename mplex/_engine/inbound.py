@@ -21,7 +21,7 @@ from .record import Broken, StreamRecord
 from .states import TRANSITIONS, Direction, StreamEvent, StreamState, Verdict
 from .stats import Counters
 from .table import StreamTable
-from .unread import UnreadAccount
+from .unread import ReceiveBuffer, UnreadAccount
 from .wire import Flag
 
 __all__ = ["ARRIVALS_PER_STEP", "HAND_ON_SIZE", "Inbound"]
@@ -78,6 +78,9 @@ class Inbound:
         #: every frame): the layer above sets it and empties the list.
         self.tracing = False
         self.traced: list[RawFrame] = []
+        #: Buffers handed a view of the last input (the decoder's ``views``): before
+        #: the next input, those that still hold one get a copy of it instead.
+        self._viewing: list[ReceiveBuffer] = []
 
     @property
     def pending(self) -> bool:
@@ -89,6 +92,10 @@ class Inbound:
         """Take ``data`` if it only continues the body of the frame in progress: to its
         stream as it is if it is ``HAND_ON_SIZE`` or more and the stream receives (no
         copy, no wait for the frame's end); else kept until the frame is complete."""
+        if self._viewing:
+            for buffer in self._viewing:
+                buffer.own()
+            self._viewing.clear()
         decoder = self.decoder
         header = decoder.body_header(data)  # -1 (flag 7) if it does not continue a body
         if header < 0 or type(data) is not bytes or self._held:
@@ -177,9 +184,11 @@ class Inbound:
                     self.counters.frames_dropped += 1
                     self.budgets.ignored.spend(now)  # a repeated Close
 
-    def _deliver(self, record: StreamRecord, body: bytes) -> None:
+    def _deliver(self, record: StreamRecord, body: bytes | memoryview) -> None:
         unread = record.unread
         unread.append(body)
+        if type(body) is memoryview:
+            self._viewing.append(unread)
         account = self.unread
         account.total += len(body)
         record.last_delivery = len(body)
@@ -230,7 +239,7 @@ class Inbound:
         else:
             self.budgets.unknown.spend(now)
 
-    def _new_stream(self, stream_id: int, name: bytes, now: float) -> None:
+    def _new_stream(self, stream_id: int, name: bytes | memoryview, now: float) -> None:
         """The peer opens ``stream_id``: to the backlog, or refused with a Reset when a
         stream limit or the backlog is full.  A second NewStream for a stream the peer
         has open is a ``ProtocolError``."""
@@ -244,7 +253,8 @@ class Inbound:
             self.counters.streams_refused += 1
             self._control(stream_id, Flag.RESET_RECEIVER)
             return
-        record = StreamRecord(stream_id, name[: config.max_stream_name_size], is_initiator=False)
+        # (only Message bodies come out as views, but the decoder's type says either)
+        record = StreamRecord(stream_id, bytes(name[: config.max_stream_name_size]), is_initiator=False)
         if not self.may_send:
             record.sending = _LOST
             record.refresh()

@@ -5,8 +5,11 @@ Small pieces that pile up unread are merged into one chunk of up to ``_MERGE_BEL
 bytes, so unread data costs about its size in memory, not an object per frame (a peer
 sending one byte per read would otherwise make the limits count a twentieth of what is
 held).  Every byte is counted from the moment it is delivered until it is read or
-dropped, so what ``Config.max_connection_buffer`` bounds is exactly what the program
-holds.  The engine keeps the account; a buffer only holds bytes.
+dropped, so what ``Config.max_connection_buffer`` bounds is what the program holds.  A
+large piece may arrive as a view of the transport read it came in, which ``take``
+copies once, as it would have to copy a piece of its own; the engine has every view
+still unread replaced by a copy (``own``) before the next read goes in, so views keep
+at most that one read alive.  The engine keeps the account; a buffer only holds bytes.
 """
 
 from __future__ import annotations
@@ -69,17 +72,17 @@ class ReceiveBuffer:
     __slots__ = ("_chunks", "_offset", "size")
 
     def __init__(self) -> None:
-        self._chunks: deque[bytes | bytearray] = deque()
+        self._chunks: deque[bytes | bytearray | memoryview] = deque()
         self._offset = 0  # bytes of _chunks[0] already handed out
         #: Unread bytes.
         self.size = 0
 
-    def append(self, data: bytes) -> None:
+    def append(self, data: bytes | memoryview) -> None:
         """Store one received piece."""
         chunks = self._chunks
         if chunks and len(data) < _MERGE_BELOW and len(chunks[-1]) < _MERGE_BELOW:
             last = chunks[-1]
-            if type(last) is bytes:
+            if type(last) is not bytearray:
                 last = chunks[-1] = bytearray(last)
             last += data
         else:
@@ -90,7 +93,7 @@ class ReceiveBuffer:
         """Up to ``max_bytes`` (None: all) unread bytes, as one ``bytes``; the buffer
         must not be empty."""
         chunks = self._chunks
-        data: bytes | bytearray
+        data: bytes | bytearray | memoryview
         if max_bytes is None or max_bytes >= self.size:
             if len(chunks) == 1:
                 data = chunks[0][self._offset :] if self._offset else chunks[0]
@@ -120,6 +123,13 @@ class ReceiveBuffer:
             data = bytes(data)  # a merged chunk
         self.size -= len(data)
         return data
+
+    def own(self) -> None:
+        """Replace every piece that is a view of a larger chunk with a copy of it."""
+        chunks = self._chunks
+        for i, chunk in enumerate(chunks):
+            if type(chunk) is memoryview:
+                chunks[i] = bytes(chunk)
 
     def discard(self) -> int:
         """Drop all unread bytes; return how many there were."""
