@@ -20,7 +20,8 @@ _BULK_RUNS_SINCE_2_GIB = (
     "right after (`python -m benchmarks.ab <checkout> 'bulk 64 KiB' 'bulk 1 MiB' "
     "--turns 5`) gave 0.92x and 1.08x the time, and `python -m benchmarks 'bulk 64 "
     "KiB' 'bulk 1 MiB' request/response --runs 3` 1.33x and 0.87x. The run of 0508db7 "
-    "gave 0.97x and 0.83x, that of 7699821 (the same library code) 0.95x and 0.90x."
+    "gave 0.97x and 0.83x, that of 7699821 (the same library code) 0.95x and 0.90x, "
+    "and that of b7c98df (large bodies copied once on receipt) 1.06x and 1.06x."
 )
 
 #: Why a target can be missed on this design, shown in RESULTS.md only when it is.
@@ -183,10 +184,14 @@ EXPLANATIONS: dict[str, str] = {
         " The run of 0508db7 (the same code but for how a new handler task gets its first "
         "stream; 15:40-15:54 UTC) gave 1.58x: ours 18,506 req/s at 37 and 39 us, "
         "js-libp2p's 11,741 at 80 and 68 us; CPU a request 1.39x (client) and 1.45x "
-        "(server) of the raw connection's 27 us. This run (7699821, the library code of "
+        "(server) of the raw connection's 27 us. The run of 7699821 (the library code of "
         "0508db7; 17:28-17:41 UTC) gave 1.99x: ours 22,903 req/s at 33 and 32 us, "
         "js-libp2p's 11,523 at 80 and 70 us; CPU a request 1.33x and 1.27x of the raw "
-        "connection's 25 us."
+        "connection's 25 us. This run (b7c98df, 18:32-18:45 UTC; its change to the "
+        "receive path of large frames leaves request/response alone: 470,570 "
+        "instructions a request against 472,169) gave 1.93x: ours 24,763 req/s at 32 "
+        "and 29 us, js-libp2p's 12,826 at 73 and 64 us; CPU a request 1.43x and 1.35x "
+        "of the raw connection's 22 us."
     ),
     "request/response client CPU per request vs a persistent raw connection's": (
         "In this run the persistent raw connection cost 43 us a request on each side, "
@@ -336,7 +341,8 @@ EXPLANATIONS: dict[str, str] = {
         " Since 2026-12-04 the case moves 2 GiB (it took its size from the bare-TCP bulk "
         "cases, lengthened from 256 MiB for their noise); the run of 6a3e79e gave 0.77x, "
         "with 64 KiB sends at 0.89x in the same run."
-        " The run of 791ff2b gave 0.80x (64 KiB sends: 0.85x)."
+        " The run of 791ff2b gave 0.80x (64 KiB sends: 0.85x), that of 0508db7 0.84x "
+        "(0.92x), that of 7699821 0.85x (0.94x), and this run (b7c98df) 0.83x (0.85x)."
     ),
     "TLS 32 B send_nowait time vs the same over bare TCP": (
         "Over TLS the reader gets the stream one TLS record (at most 16 KiB, about 480 "
