@@ -91,11 +91,11 @@ class Inbound:
     def absorb(self, data: bytes | bytearray) -> bool:
         """Take ``data`` if it only continues the body of the frame in progress: to its
         stream as it is if it is ``HAND_ON_SIZE`` or more and the stream receives (no
-        copy, no wait for the frame's end); else kept until the frame is complete."""
+        copy, no wait for the frame's end); else kept until the frame is complete.
+        The first engine call for every input (``receive`` starts here too), so it
+        first lets go of the last input (``_release_views``)."""
         if self._viewing:
-            for buffer in self._viewing:
-                buffer.own()
-            self._viewing.clear()
+            self._release_views()
         decoder = self.decoder
         header = decoder.body_header(data)  # -1 (flag 7) if it does not continue a body
         if header < 0 or type(data) is not bytes or self._held:
@@ -112,6 +112,13 @@ class Inbound:
             return False  # it completes the frame, or is no body: feed it
         self.counters.bytes_received += len(data)
         return True
+
+    def _release_views(self) -> None:
+        """Give every buffer still holding a view of the last input a copy instead, so
+        that unread data keeps no input alive but the current one."""
+        for buffer in self._viewing:
+            buffer.own()
+        self._viewing.clear()
 
     def receive(self, data: bytes | bytearray, now: float) -> None:
         """Take what the transport delivered (not its end: see ``input_cut``).  Raises
