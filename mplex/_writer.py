@@ -20,6 +20,13 @@ When to write is the flush policy:
 * Over the socket path, input from the peer ends the wait too (the reader calls
   ``flush_now``): what is queued answers earlier input, and the peer may be idle
   until it arrives.
+* A control frame (NewStream, Close, Reset) waits at most ``CONTROL_WAIT`` for a
+  busy program: the peer may be waiting on it to accept a stream or to see a reply
+  end.  With many tasks running (a stream per request) a scheduler pass is long, and
+  waiting for idleness would leave each side waiting for the other's whole batch.
+  The task that queues it writes what is queued (socket path, in the middle of the
+  pass), or ends the writer's wait (other transports).  Data alone is not hurried:
+  a busy sender's frames still gather into large writes.
 * Over TLS, while the program sends in bulk (senders waited for room, or
   ``FLUSH_AT`` bytes are queued), a batch ends on a whole 16 KiB record and the rest
   leaves with the next: a short record would cost the receiver a read of its own.
@@ -44,7 +51,7 @@ from ._logging import ConnectionLog, logger
 from ._protection import protected
 from ._transport import Transport
 
-__all__ = ["FLUSH_AT", "QUIET", "Writer"]
+__all__ = ["CONTROL_WAIT", "FLUSH_AT", "QUIET", "Writer"]
 
 #: Queued bytes that make the writer stop waiting for idleness and write now.
 FLUSH_AT = 64 * 1024
@@ -52,6 +59,9 @@ FLUSH_AT = 64 * 1024
 #: itself.  Far above the gap between the writes of a busy sender, below a network
 #: round trip: a busy sender's frames still gather into the writer's large writes.
 QUIET = 50e-6
+#: Seconds since the last write after which a control frame queued while the program
+#: is busy goes out without waiting for idleness (see the module docstring).
+CONTROL_WAIT = 100e-6
 #: Most payload bytes handed to one ``writev``: a few socket buffers' worth, so a large
 #: send does not build a huge list of frames the kernel cannot take yet.
 _DIRECT_BATCH = 1024 * 1024
@@ -97,6 +107,8 @@ class Writer:
             self._wake()
         elif self._idle_scope is not None and len(outbox.buffer) >= FLUSH_AT:
             self.flush_now()
+        elif outbox.control and not self.writing:
+            self._hurry()
 
     def _wake(self) -> None:
         self._parked = False
@@ -114,6 +126,19 @@ class Writer:
         self.last_write = time.perf_counter()
         outbox.sent_part(sent)
         return not outbox.buffer
+
+    def _hurry(self) -> None:
+        """A control frame is queued while the program is busy: once ``CONTROL_WAIT``
+        has passed since the last write, write what is queued (from the calling task
+        where the transport allows it, else by ending the writer's wait for idleness)."""
+        now = time.perf_counter()
+        if now - self.last_write < CONTROL_WAIT:
+            return
+        if self.direct and not logger.isEnabledFor(logging.DEBUG):
+            self.last_write = now
+            self._outbox.sent_part(self._transport.write_nowait(self._outbox.buffer))
+        else:
+            self.flush_now()
 
     def flush_now(self) -> None:
         """Stop waiting for idleness: write what is queued now."""

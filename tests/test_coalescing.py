@@ -5,6 +5,8 @@ from __future__ import annotations
 import itertools
 import os
 import socket
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 import trio
@@ -17,6 +19,7 @@ from tests.helpers import (
     RawPeer,
     frame,
     memory_streams,
+    over_every_transport,
     read_all,
     settle,
     tcp_streams,
@@ -446,3 +449,38 @@ class TestBulkOverTls:
         # only the few at the start and end of the transfer.
         assert reads > count * 4
         assert short <= 3, f"{short} short records in {reads}"
+
+
+@over_every_transport
+async def test_stream_openings_reach_the_peer_while_the_program_stays_busy(
+    transport: Callable[[], Any], mock_clock: trio.testing.MockClock
+) -> None:
+    """A control frame does not wait for the program to idle: with many tasks running
+    (a stream per request), a writer that waited for idleness would leave the peer
+    idle, waiting on the openings and closes it has to act on."""
+    # The opening loop never lets the program idle, and the clock moves only when it
+    # does: neither the delay bound nor idleness can end the writer's wait here.
+    config = mplex.Config(max_flush_delay=60)
+    async with (
+        transport() as (a, b),
+        mplex.open_muxer(a, config) as left,
+        mplex.open_muxer(b, config) as right,
+        trio.open_nursery() as nursery,
+    ):
+        accepted = 0
+
+        async def accept() -> None:
+            nonlocal accepted
+            async for _ in right:
+                accepted += 1
+
+        nursery.start_soon(accept)
+        await settle()
+        mock_clock.autojump_threshold = 0  # time moves only when every task is blocked
+        opened = 0
+        # Each opening yields, so the loop never idles; it stays below max_outbound_streams.
+        while accepted < 50 and opened < 1000:
+            await left.open_stream()
+            opened += 1
+        assert accepted >= 50, f"the peer accepted {accepted} of {opened} streams"
+        nursery.cancel_scope.cancel()
