@@ -21,7 +21,10 @@ _BULK_RUNS_SINCE_2_GIB = (
     "--turns 5`) gave 0.92x and 1.08x the time, and `python -m benchmarks 'bulk 64 "
     "KiB' 'bulk 1 MiB' request/response --runs 3` 1.33x and 0.87x. The run of 0508db7 "
     "gave 0.97x and 0.83x, that of 7699821 (the same library code) 0.95x and 0.90x, "
-    "and that of b7c98df (large bodies copied once on receipt) 1.06x and 1.06x."
+    "and that of b7c98df (large bodies copied once on receipt) 1.06x and 1.06x; that "
+    "of b78c4b8 gave 0.91x and 0.99x, and an A/B right after it (`python -m "
+    "benchmarks.ab <checkout of 1d5455b> 'bulk 64 KiB' 'bulk 1 MiB' --turns 11`) 0.92x "
+    "and 0.99x the time of the code before."
 )
 
 #: Why a target can be missed on this design, shown in RESULTS.md only when it is.
@@ -40,7 +43,7 @@ EXPLANATIONS: dict[str, str] = {
         "it can have. Our send_nowait run already takes less time than the framing floor "
         "(the least per-frame work a Python mplex can do). An A/B (`python -m "
         "benchmarks.ab <checkout of c4683db> 32B --turns 5`) gave send_nowait 0.94x the "
-        "time of the code before this run's changes."
+        "time of the code before that day's changes."
     ),
     "32 B send_all vs js-libp2p (throughput)": (
         "trio requires send_all to be a checkpoint, and 3,276,800 bare checkpoints take "
@@ -71,7 +74,7 @@ EXPLANATIONS: dict[str, str] = {
         "gave send_all 1.09x (5 turns) and 1.02x (7 turns). "
         "Use send_nowait for tiny messages."
         " The run of 791ff2b gave 2.19x, within the spread above; its send_all code is "
-        "that of the run of 6a3e79e (2.41x)."
+        "that of the run of 6a3e79e (2.41x). The run of b78c4b8 gave 2.33x."
     ),
     "32 B send_all time vs send_nowait + bare checkpoints": (
         "The send_nowait time in this sum comes from a tight loop, where an append costs "
@@ -151,10 +154,22 @@ EXPLANATIONS: dict[str, str] = {
         "whole stream to cost less than one send and one receive on an open connection."
         " The run of 791ff2b gave 0.43x, the run of the case alone after it 0.60x; "
         "since e2f7722 the server reuses handler tasks instead of starting one a "
-        "stream."
+        "stream. Since b78c4b8 the two sides no longer idle in turn (see the row against "
+        "js-libp2p): the run of b78c4b8 gave 0.81x (29,564 against 36,288 req/s), with "
+        "CPU a request 33 and 31 us against the raw connections' 27 and 26 us."
     ),
     "request/response, a stream per request, vs js-libp2p mplex (req/s)": (
-        "The run of 6a3e79e (2026-12-04): ours 19,973 req/s at 36 us (client) "
+        "Since b78c4b8 a NewStream, Close or Reset queued while the program is busy "
+        "waits at most 0.1 ms (mplex._writer.CONTROL_WAIT) instead of for the program "
+        "to idle. Before it, each side's scheduler pass over 100 workers was long and "
+        "its writer held the openings and closes the peer acts on until the pass ended, "
+        "so the two sides idled in turn: a trace of the client's reads, writes and "
+        "waits (2026-12-04) showed it blocked every 50 requests or so for 0.4-0.7 ms "
+        "while the server waited for its batch, each side busy about 75% of the time. "
+        "An A/B against 1d5455b (`python -m benchmarks.ab <checkout> request/response "
+        "--turns 5`) gave 0.75x the time, with CPU a request 0.90x (client) and 1.00x "
+        "(server), and the full run of b78c4b8 2.67x (29,564 against 11,059 req/s). "
+        "The runs before: the run of 6a3e79e (2026-12-04): ours 19,973 req/s at 36 us (client) "
         "and 40 us (server) of CPU a request, js-libp2p's mplex 12,439 req/s at 75 and 64 "
         "us: 1.61x. The run of 1266da8 gave 9,237 against 8,857 (1.04x) and that of "
         "8268f3f 10,644 against 8,057 (1.32x): both sides move with the machine, ours "
@@ -187,14 +202,14 @@ EXPLANATIONS: dict[str, str] = {
         "(server) of the raw connection's 27 us. The run of 7699821 (the library code of "
         "0508db7; 17:28-17:41 UTC) gave 1.99x: ours 22,903 req/s at 33 and 32 us, "
         "js-libp2p's 11,523 at 80 and 70 us; CPU a request 1.33x and 1.27x of the raw "
-        "connection's 25 us. This run (b7c98df, 18:32-18:45 UTC; its change to the "
+        "connection's 25 us. The run of b7c98df (18:32-18:45 UTC; its change to the "
         "receive path of large frames leaves request/response alone: 470,570 "
         "instructions a request against 472,169) gave 1.93x: ours 24,763 req/s at 32 "
         "and 29 us, js-libp2p's 12,826 at 73 and 64 us; CPU a request 1.43x and 1.35x "
         "of the raw connection's 22 us."
     ),
     "request/response client CPU per request vs a persistent raw connection's": (
-        "In this run the persistent raw connection cost 43 us a request on each side, "
+        "In a run of 2026-12-03 the persistent raw connection cost 43 us a request on each side, "
         "as in the run of 8268f3f (45 and 43 us), against 53-55 us in the runs before, "
         "while ours was 81 us (client) and 78 us (server) here and 72 and 69 us in the "
         "run of 8268f3f, which met both limits (1.58x and 1.59x) on the same code path. "
@@ -262,7 +277,7 @@ EXPLANATIONS: dict[str, str] = {
         "run to run: the two full `make bench` runs of 2026-12-01 gave 1.39x and 1.23x, "
         "the run of 2026-12-02 1.36x, and runs on 2026-11-30 1.13-1.17x. In the A/B of "
         "2026-12-02 (see TLS bulk 1 MiB) mplex's p50 was 135 and 158 us with the code of "
-        "13fbed3, 149 and 133 us with this run's, raw 102-106 us."
+        "13fbed3, 149 and 133 us with that day's, raw 102-106 us."
     ),
     "TLS latency p50 vs raw trio SSLStream": (
         "The price of a send_all that can always be cancelled (issue 25). Over any "
@@ -290,7 +305,7 @@ EXPLANATIONS: dict[str, str] = {
         " The run of 6a3e79e gave 2.37x (380 against 161 us); an A/B of TLS latency "
         "against c4683db (`python -m benchmarks.ab <checkout> 'TLS latency' --turns 5`) "
         "gave 1.00x: that day's changes did not move it."
-        " The run of 791ff2b gave 1.84x (434 against 237 us)."
+        " The run of 791ff2b gave 1.84x (434 against 237 us), that of b78c4b8 1.98x."
     ),
     "TLS bulk 64 KiB vs raw trio SSLStream (throughput)": (
         "The receiver is the limit: `python -m benchmarks.probe_tls_receive` (384 MiB in "
@@ -314,9 +329,9 @@ EXPLANATIONS: dict[str, str] = {
         "SSLStream's own work for the frame's four records. Handing SSLStream the "
         "writer's batches in 64 KiB or 32 KiB pieces instead of whole (up to 256 KiB) "
         "made it worse (0.71-0.80x against 0.88-0.90x in the same turns). The full "
-        "runs of 2026-12-03 gave 0.86x (code of 2e2a54e) and 0.66x (this run); in A/B "
+        "runs of 2026-12-03 gave 0.86x (code of 2e2a54e) and 0.66x (the run after); in A/B "
         "turns the same evening (`python -m benchmarks.ab <checkout of 81125cf> 'TLS "
-        "bulk 64 KiB' 'TLS bulk 1 MiB' latency 'TLS latency' --turns 5`) this run's code "
+        "bulk 64 KiB' 'TLS bulk 1 MiB' latency 'TLS latency' --turns 5`) that run's code "
         "took 0.99x the time of the code before it for TLS bulk 64 KiB, 1.04x for 1 MiB, "
         "0.83x for latency and 0.92x for TLS latency. On 2026-12-04, `perf record` of "
         "the receiving process alone put libcrypto at 10-12% of its samples and the "
@@ -326,6 +341,11 @@ EXPLANATIONS: dict[str, str] = {
         "batches, each a receive_some of its own. Since 954f4b4 a bulk transfer's "
         "batches end on whole 16 KiB records and the count is 4,096; the throughput "
         "change is within the noise (A/B 0.92x time for 64 KiB, 1.07x for 1 MiB)."
+        " The run of b78c4b8 gave 0.81x (557 against 688 MB/s; earlier runs since "
+        "the case moved 2 GiB: 0.89x, 0.85x, 0.92x, 0.94x, 0.85x). An A/B right after "
+        "it (`python -m benchmarks.ab <checkout of 1d5455b> 'TLS bulk 64 KiB' --turns "
+        "7`) gave 0.99x the time of the code before: b78c4b8 changes when control "
+        "frames leave, which a bulk transfer does not queue."
     ),
     "TLS bulk 1 MiB vs raw trio SSLStream (throughput)": (
         "As for 64 KiB sends: the receiver is the limit and pays the muxer's per-record "
@@ -334,7 +354,7 @@ EXPLANATIONS: dict[str, str] = {
         "receiving side sees the same frames either way. The ratio moves with the raw "
         "baseline: 0.91x and 0.63x in the full runs of 2026-12-01 and 2026-12-02."
         ' An A/B of 2026-12-02 (`python -m benchmarks "TLS 32B" "TLS bulk 1 MiB" '
-        "latency`, the code of 13fbed3 and of this run in turns, two rounds each) measured "
+        "latency`, the code of 13fbed3 and of that day's run in turns, two rounds each) measured "
         "mplex the same in both: "
         "1.280 and 1.215 s before, 1.319 and 1.216 s after, while "
         "the raw SSLStream baseline took 0.825-1.057 s (0.64x-0.87x)."
@@ -342,7 +362,8 @@ EXPLANATIONS: dict[str, str] = {
         "cases, lengthened from 256 MiB for their noise); the run of 6a3e79e gave 0.77x, "
         "with 64 KiB sends at 0.89x in the same run."
         " The run of 791ff2b gave 0.80x (64 KiB sends: 0.85x), that of 0508db7 0.84x "
-        "(0.92x), that of 7699821 0.85x (0.94x), and this run (b7c98df) 0.83x (0.85x)."
+        "(0.92x), that of 7699821 0.85x (0.94x), that of b7c98df 0.83x (0.85x), and "
+        "that of b78c4b8 0.84x (0.81x)."
     ),
     "TLS 32 B send_nowait time vs the same over bare TCP": (
         "Over TLS the reader gets the stream one TLS record (at most 16 KiB, about 480 "
@@ -352,7 +373,7 @@ EXPLANATIONS: dict[str, str] = {
         "'TLS 32B'` the same evening 1.06x, the full run of 2026-12-02 1.48x: this ratio "
         "is within the machine's noise of the limit. In the A/B of 2026-12-02 (see TLS "
         "bulk 1 MiB) mplex over TLS took 2.095 and 1.853 s with the code of 13fbed3 and "
-        "2.156 and 1.956 s with this run's, while its bare-TCP baseline took 1.39-1.87 s "
+        "2.156 and 1.956 s with that day's, while its bare-TCP baseline took 1.39-1.87 s "
         "(0.64x-1.01x)."
     ),
 }
