@@ -24,7 +24,8 @@ _BULK_RUNS_SINCE_2_GIB = (
     "and that of b7c98df (large bodies copied once on receipt) 1.06x and 1.06x; that "
     "of b78c4b8 gave 0.91x and 0.99x, and an A/B right after it (`python -m "
     "benchmarks.ab <checkout of 1d5455b> 'bulk 64 KiB' 'bulk 1 MiB' --turns 11`) 0.92x "
-    "and 0.99x the time of the code before."
+    "and 0.99x the time of the code before. The run of bff45d3 (the library code of "
+    "b78c4b8, 21:03-21:16 UTC) gave 1.14x and 0.76x."
 )
 
 #: Why a target can be missed on this design, shown in RESULTS.md only when it is.
@@ -74,7 +75,8 @@ EXPLANATIONS: dict[str, str] = {
         "gave send_all 1.09x (5 turns) and 1.02x (7 turns). "
         "Use send_nowait for tiny messages."
         " The run of 791ff2b gave 2.19x, within the spread above; its send_all code is "
-        "that of the run of 6a3e79e (2.41x). The run of b78c4b8 gave 2.33x."
+        "that of the run of 6a3e79e (2.41x). The run of b78c4b8 gave 2.33x, that of bff45d3 "
+        "2.18x."
     ),
     "32 B send_all time vs send_nowait + bare checkpoints": (
         "The send_nowait time in this sum comes from a tight loop, where an append costs "
@@ -156,7 +158,9 @@ EXPLANATIONS: dict[str, str] = {
         "since e2f7722 the server reuses handler tasks instead of starting one a "
         "stream. Since b78c4b8 the two sides no longer idle in turn (see the row against "
         "js-libp2p): the run of b78c4b8 gave 0.81x (29,564 against 36,288 req/s), with "
-        "CPU a request 33 and 31 us against the raw connections' 27 and 26 us."
+        "CPU a request 33 and 31 us against the raw connections' 27 and 26 us, and the "
+        "run of bff45d3 (the same library code) 0.71x (24,618 against 34,772 req/s; "
+        "36 and 36 us against 27 and 28 us)."
     ),
     "request/response, a stream per request, vs js-libp2p mplex (req/s)": (
         "Since b78c4b8 a NewStream, Close or Reset queued while the program is busy "
@@ -168,7 +172,10 @@ EXPLANATIONS: dict[str, str] = {
         "while the server waited for its batch, each side busy about 75% of the time. "
         "An A/B against 1d5455b (`python -m benchmarks.ab <checkout> request/response "
         "--turns 5`) gave 0.75x the time, with CPU a request 0.90x (client) and 1.00x "
-        "(server), and the full run of b78c4b8 2.67x (29,564 against 11,059 req/s). "
+        "(server). The full runs of b78c4b8 and bff45d3 (the same library code) gave "
+        "2.67x (29,564 against 11,059 req/s) and 2.06x (24,618 against 11,978; CPU a "
+        "request 36 and 36 us against 33 and 31 us in the first: the machine ran "
+        "slower). "
         "The runs before: the run of 6a3e79e (2026-12-04): ours 19,973 req/s at 36 us (client) "
         "and 40 us (server) of CPU a request, js-libp2p's mplex 12,439 req/s at 75 and 64 "
         "us: 1.61x. The run of 1266da8 gave 9,237 against 8,857 (1.04x) and that of "
@@ -262,7 +269,10 @@ EXPLANATIONS: dict[str, str] = {
         "muxer's; the target against py-libp2p's own mplex, in the same run, shows the "
         "muxer's share. The js pair's p50 moves a lot here: 359 us (2026-12-02) and "
         "587 us (2026-12-03), ours 395 and 884 us; an A/B of ours against the code "
-        "before issue 25 (2026-12-03, 5 turns) gave 1.00x."
+        "before issue 25 (2026-12-03, 5 turns) gave 1.00x. The run of bff45d3 gave "
+        "1.37x (the run of b78c4b8, with the same library code, 1.06x); an A/B of "
+        "host latency against 1d5455b (`python -m benchmarks.ab <checkout> 'host "
+        "latency' --turns 5`) gave 0.98x the time."
     ),
     "latency p50 vs raw TCP": (
         "Over TCP the receiving task reads the socket itself and a lone reply is written "
@@ -305,7 +315,8 @@ EXPLANATIONS: dict[str, str] = {
         " The run of 6a3e79e gave 2.37x (380 against 161 us); an A/B of TLS latency "
         "against c4683db (`python -m benchmarks.ab <checkout> 'TLS latency' --turns 5`) "
         "gave 1.00x: that day's changes did not move it."
-        " The run of 791ff2b gave 1.84x (434 against 237 us), that of b78c4b8 1.98x."
+        " The run of 791ff2b gave 1.84x (434 against 237 us), that of b78c4b8 1.98x "
+        "and that of bff45d3 2.04x."
     ),
     "TLS bulk 64 KiB vs raw trio SSLStream (throughput)": (
         "The receiver is the limit: `python -m benchmarks.probe_tls_receive` (384 MiB in "
@@ -345,7 +356,16 @@ EXPLANATIONS: dict[str, str] = {
         "the case moved 2 GiB: 0.89x, 0.85x, 0.92x, 0.94x, 0.85x). An A/B right after "
         "it (`python -m benchmarks.ab <checkout of 1d5455b> 'TLS bulk 64 KiB' --turns "
         "7`) gave 0.99x the time of the code before: b78c4b8 changes when control "
-        "frames leave, which a bulk transfer does not queue."
+        "frames leave, which a bulk transfer does not queue. The run of bff45d3 (the "
+        "same library code) gave 0.80x. What any muxer with a reader task can reach "
+        "here: `python -m benchmarks.probe_tls_receive` also runs a floor receiver "
+        "(mplex frames from our sender; a reader task that reads each record, parses "
+        "each header, joins each body once and reschedules the receiving task, and "
+        "nothing else). Six turns on 2026-12-04: raw SSLStream 743-920 MB/s (median "
+        "901), the floor 727-790 (781), mplex 617-724 (690): the floor is 0.87x the "
+        "raw receiver, so this target has about 2% of room even at the floor, and "
+        "mplex is 0.88x the floor (stream table, limits and accounting per frame, the "
+        "reader's checks per record)."
     ),
     "TLS bulk 1 MiB vs raw trio SSLStream (throughput)": (
         "As for 64 KiB sends: the receiver is the limit and pays the muxer's per-record "
@@ -363,7 +383,8 @@ EXPLANATIONS: dict[str, str] = {
         "with 64 KiB sends at 0.89x in the same run."
         " The run of 791ff2b gave 0.80x (64 KiB sends: 0.85x), that of 0508db7 0.84x "
         "(0.92x), that of 7699821 0.85x (0.94x), that of b7c98df 0.83x (0.85x), and "
-        "that of b78c4b8 0.84x (0.81x)."
+        "that of b78c4b8 0.84x (0.81x), and that of bff45d3 0.80x (0.80x); see the floor "
+        "measured under TLS bulk 64 KiB."
     ),
     "TLS 32 B send_nowait time vs the same over bare TCP": (
         "Over TLS the reader gets the stream one TLS record (at most 16 KiB, about 480 "
