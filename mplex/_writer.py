@@ -249,6 +249,8 @@ class Writer:
                     await wait_for_idle()
                 self._idle_scope = None
                 outbox.gathering = False
+                if not outbox.buffer:
+                    continue  # a task that queued a control frame wrote it all meanwhile
             outbox.wake_at = NEVER
             if self._record_size and self._bulk() and not logger.isEnabledFor(logging.DEBUG):
                 # More follows this batch at once: a short last record would cost the
