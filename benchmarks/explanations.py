@@ -25,7 +25,8 @@ _BULK_RUNS_SINCE_2_GIB = (
     "of b78c4b8 gave 0.91x and 0.99x, and an A/B right after it (`python -m "
     "benchmarks.ab <checkout of 1d5455b> 'bulk 64 KiB' 'bulk 1 MiB' --turns 11`) 0.92x "
     "and 0.99x the time of the code before. The run of bff45d3 (the library code of "
-    "b78c4b8, 21:03-21:16 UTC) gave 1.14x and 0.76x."
+    "b78c4b8, 21:03-21:16 UTC) gave 1.14x and 0.76x, and that of 9f644e6 0.89x and "
+    "1.12x."
 )
 
 #: Why a target can be missed on this design, shown in RESULTS.md only when it is.
@@ -34,7 +35,10 @@ EXPLANATIONS: dict[str, str] = {
         "Noise: with logging configured the library makes one (cached) isEnabledFor "
         "check per transport read or write, none per frame, and the two rows differ by "
         "less than either varies. Full runs in the session of 2026-11-30 gave 1.19x, 1.07x, 0.96x, "
-        "0.91x, 0.94x, 1.09x, 0.92x and 0.94x; the plain row alone ranged 0.72-0.82 s."
+        "0.91x, 0.94x, 1.09x, 0.92x and 0.94x; the plain row alone ranged 0.72-0.82 s. "
+        "The run of 9f644e6 gave 1.06x (0.803 against 0.757 s); the A/B of b78c4b8 "
+        "against 1d5455b (`python -m benchmarks.ab <checkout> 32B --turns 5`) gave "
+        "1.00x for both rows."
     ),
     "32 B send_nowait vs py-libp2p (throughput)": (
         "Missed by a little, with our own row faster than in earlier runs (1.073 s "
@@ -160,7 +164,8 @@ EXPLANATIONS: dict[str, str] = {
         "js-libp2p): the run of b78c4b8 gave 0.81x (29,564 against 36,288 req/s), with "
         "CPU a request 33 and 31 us against the raw connections' 27 and 26 us, and the "
         "run of bff45d3 (the same library code) 0.71x (24,618 against 34,772 req/s; "
-        "36 and 36 us against 27 and 28 us)."
+        "36 and 36 us against 27 and 28 us); the run of 9f644e6 0.74x (31,791 against "
+        "42,696 req/s; 30 and 30 us against 22 and 22 us)."
     ),
     "request/response, a stream per request, vs js-libp2p mplex (req/s)": (
         "Since b78c4b8 a NewStream, Close or Reset queued while the program is busy "
@@ -175,7 +180,7 @@ EXPLANATIONS: dict[str, str] = {
         "(server). The full runs of b78c4b8 and bff45d3 (the same library code) gave "
         "2.67x (29,564 against 11,059 req/s) and 2.06x (24,618 against 11,978; CPU a "
         "request 36 and 36 us against 33 and 31 us in the first: the machine ran "
-        "slower). "
+        "slower), and the run of 9f644e6 2.38x (31,791 against 13,365). "
         "The runs before: the run of 6a3e79e (2026-12-04): ours 19,973 req/s at 36 us (client) "
         "and 40 us (server) of CPU a request, js-libp2p's mplex 12,439 req/s at 75 and 64 "
         "us: 1.61x. The run of 1266da8 gave 9,237 against 8,857 (1.04x) and that of "
@@ -316,7 +321,7 @@ EXPLANATIONS: dict[str, str] = {
         "against c4683db (`python -m benchmarks.ab <checkout> 'TLS latency' --turns 5`) "
         "gave 1.00x: that day's changes did not move it."
         " The run of 791ff2b gave 1.84x (434 against 237 us), that of b78c4b8 1.98x "
-        "and that of bff45d3 2.04x."
+        "that of bff45d3 2.04x and that of 9f644e6 1.81x (269 against 148 us)."
     ),
     "TLS bulk 64 KiB vs raw trio SSLStream (throughput)": (
         "The receiver is the limit: `python -m benchmarks.probe_tls_receive` (384 MiB in "
@@ -365,7 +370,8 @@ EXPLANATIONS: dict[str, str] = {
         "901), the floor 727-790 (781), mplex 617-724 (690): the floor is 0.87x the "
         "raw receiver, so this target has about 2% of room even at the floor, and "
         "mplex is 0.88x the floor (stream table, limits and accounting per frame, the "
-        "reader's checks per record)."
+        "reader's checks per record). The run of 9f644e6 gave 0.81x (737 against 907 "
+        "MB/s)."
     ),
     "TLS bulk 1 MiB vs raw trio SSLStream (throughput)": (
         "As for 64 KiB sends: the receiver is the limit and pays the muxer's per-record "
@@ -383,7 +389,8 @@ EXPLANATIONS: dict[str, str] = {
         "with 64 KiB sends at 0.89x in the same run."
         " The run of 791ff2b gave 0.80x (64 KiB sends: 0.85x), that of 0508db7 0.84x "
         "(0.92x), that of 7699821 0.85x (0.94x), that of b7c98df 0.83x (0.85x), and "
-        "that of b78c4b8 0.84x (0.81x), and that of bff45d3 0.80x (0.80x); see the floor "
+        "that of b78c4b8 0.84x (0.81x), that of bff45d3 0.80x (0.80x), and that of "
+        "9f644e6 0.83x (0.81x); see the floor "
         "measured under TLS bulk 64 KiB."
     ),
     "TLS 32 B send_nowait time vs the same over bare TCP": (
