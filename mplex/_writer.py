@@ -121,11 +121,14 @@ class Writer:
         what the kernel did not take, the writer sends."""
         if time.perf_counter() - self.last_write < QUIET or logger.isEnabledFor(logging.DEBUG):
             return False  # busy (let frames gather for the writer), or tracing frames
-        outbox = self._outbox
-        sent = self._transport.write_nowait(outbox.buffer)
-        self.last_write = time.perf_counter()
-        outbox.sent_part(sent)
-        return not outbox.buffer
+        self._write_queued(time.perf_counter())
+        return not self._outbox.buffer
+
+    def _write_queued(self, now: float) -> None:
+        """Hand what is queued to the kernel from the calling task (one non-blocking
+        write); what it does not take stays queued, first."""
+        self.last_write = now
+        self._outbox.sent_part(self._transport.write_nowait(self._outbox.buffer))
 
     def _hurry(self) -> None:
         """A control frame is queued while the program is busy: once ``CONTROL_WAIT``
@@ -135,8 +138,7 @@ class Writer:
         if now - self.last_write < CONTROL_WAIT:
             return
         if self.direct and not logger.isEnabledFor(logging.DEBUG):
-            self.last_write = now
-            self._outbox.sent_part(self._transport.write_nowait(self._outbox.buffer))
+            self._write_queued(now)
         else:
             self.flush_now()
 
