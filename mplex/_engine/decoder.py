@@ -160,12 +160,16 @@ class Decoder:
         completing it, and return True; otherwise do nothing and return False (then
         ``feed_raw(data)``).  The cheap path for the middle of a large frame, which
         a bulk transfer over TLS delivers one 16 KiB record at a time."""
-        need = self._need
-        if type(data) is not bytes or not 0 < len(data) < need:
+        size = len(data)
+        if type(data) is not bytes or not 0 < size < self._need:
             return False  # (a bytearray or a view would be copied by feed_raw first)
-        self._offset += len(data)
-        self._need = need - len(data)
-        self._keep(data)
+        self._offset += size
+        self._need -= size
+        if size >= _KEEP_AS_IS:  # _keep(data), inlined: a TLS record, kept as it is
+            self._have += size
+            self._pieces.append(data)
+        else:
+            self._keep(data)
         return True
 
     def pass_on(self, data: bytes) -> bytes | None:
@@ -271,7 +275,7 @@ class Decoder:
                     return
                 steps_left -= 1
                 # Fast path: a header of up to three bytes (stream ids below 262,144)
-                # and a length of up to two (bodies below 16 KiB), read inline;
+                # and a length of up to three (bodies below 2 MiB), read inline;
                 # anything else, or an encoding to reject, takes _parse_prefix.
                 h = data[pos]
                 p = pos + 1
@@ -293,6 +297,9 @@ class Decoder:
                     elif p + 1 < n and 0 < (b := data[p + 1]) < 0x80:
                         length = (length & 0x7F) | b << 7
                         start = p + 2
+                    elif p + 2 < n and b >= 0x80 and 0 < (c := data[p + 2]) < 0x80:
+                        length = (length & 0x7F) | (b & 0x7F) << 7 | c << 14
+                        start = p + 3
                 if start >= 0:
                     if length > limit:
                         raise FrameTooLargeError(length, limit, offset=base + pos)

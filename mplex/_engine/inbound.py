@@ -96,19 +96,21 @@ class Inbound:
         first lets go of the last input (``_release_views``)."""
         if self._viewing:
             self._release_views()
+        if self._held:
+            return False  # held frames come first
         decoder = self.decoder
-        header = decoder.body_header(data)  # -1 (flag 7) if it does not continue a body
-        if header < 0 or type(data) is not bytes or self._held:
-            return False  # (feed_raw copies a bytearray first; held frames come first)
-        record = None
-        if len(data) >= HAND_ON_SIZE and 0 < header & 7 <= _MESSAGE_INITIATOR and not self.tracing:
-            record = self.streams.get((header >> 3) << 1 | (header & 1))
-        if record is not None and record.can_receive:
-            kept = decoder.pass_on(data)
-            if kept:
-                self._deliver(record, kept)
-            self._deliver(record, data)
-        elif not decoder.absorb(data):
+        if len(data) >= HAND_ON_SIZE and not self.tracing:
+            header = decoder.body_header(data)  # -1 (flag 7) if it does not continue a body
+            if 0 < header & 7 <= _MESSAGE_INITIATOR and type(data) is bytes:
+                record = self.streams.get((header >> 3) << 1 | (header & 1))
+                if record is not None and record.can_receive:
+                    kept = decoder.pass_on(data)
+                    if kept:
+                        self._deliver(record, kept)
+                    self._deliver(record, data)
+                    self.counters.bytes_received += len(data)
+                    return True
+        if not decoder.absorb(data):
             return False  # it completes the frame, or is no body: feed it
         self.counters.bytes_received += len(data)
         return True
