@@ -190,14 +190,14 @@ class Decoder:
 
     def _keep(self, data: bytes, start: int = 0, stop: int | None = None) -> None:
         """Keep ``data[start:stop]`` for the body in progress: as it is (or a view) when
-        it is large and most of ``data``, else copied into the last piece."""
+        it is large and at least a quarter of ``data``, else copied into the last piece."""
         piece: bytes | memoryview = data
         size = (len(data) if stop is None else stop) - start
         if start or stop is not None:
             piece = memoryview(data)[start:stop]
         self._have += size
         pieces = self._pieces
-        if size >= _KEEP_AS_IS and 2 * size >= len(data):
+        if size >= _KEEP_AS_IS and 4 * size >= len(data):
             pieces.append(piece)
         elif pieces and type(pieces[-1]) is bytearray:
             pieces[-1] += piece
@@ -210,8 +210,10 @@ class Decoder:
             self._keep(data)
             self._need = need - len(data)
             return len(data)
-        self._keep(data, 0, need if need < len(data) else None)
-        body = b"".join(self._pieces)
+        # The body's last piece is joined at once, so a view of it pins nothing.
+        pieces = self._pieces
+        pieces.append(memoryview(data)[:need] if need < len(data) else data)
+        body = b"".join(pieces)
         self._pieces = []
         self._have = 0
         self._need = 0
@@ -360,8 +362,9 @@ def _frames(raw: list[RawFrame]) -> list[Frame]:
 #: copy them), and with ``views=True`` come out as views of their chunk.
 VIEW_AT = 16 * 1024
 
-#: A piece of a body in progress this large (and at least half its chunk) is kept as
-#: it came, not copied: the body is joined once it is complete.
+#: A piece of a body in progress this large (and at least a quarter of its chunk: a
+#: view pins the whole chunk until the body is complete) is kept as it came, not
+#: copied: the body is joined once it is complete.
 _KEEP_AS_IS = 4096
 
 #: Bodies up to this size qualify for the run path below; above it one slice per frame
