@@ -110,6 +110,8 @@ class Reader:
                         self.state = "reading"
                     if data is None:
                         continue  # nothing now, or moved aside: look again
+                    if self._linger_scope is None and conn.running and engine.keep(data):
+                        continue  # the middle of a large frame: nothing to act on
                     if not self.consume(conn, data):
                         return
                     if engine.pending:

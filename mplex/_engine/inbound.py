@@ -115,6 +115,16 @@ class Inbound:
         self.counters.bytes_received += len(data)
         return True
 
+    def keep(self, data: bytes | bytearray) -> bool:
+        """``absorb`` where it changes nothing the layer above acts on: keep ``data``
+        if it only continues the body in progress, is too short to hand on, and the
+        last input holds nothing back; else return False (then ``absorb``).  The
+        middle of a large frame over TLS, one 16 KiB record after another."""
+        if self._viewing or self._held or len(data) >= HAND_ON_SIZE or not self.decoder.absorb(data):
+            return False
+        self.counters.bytes_received += len(data)
+        return True
+
     def _release_views(self) -> None:
         """Give every buffer still holding a view of the last input a copy instead, so
         that unread data keeps no input alive but the current one."""
