@@ -26,7 +26,8 @@ _BULK_RUNS_SINCE_2_GIB = (
     "benchmarks.ab <checkout of 1d5455b> 'bulk 64 KiB' 'bulk 1 MiB' --turns 11`) 0.92x "
     "and 0.99x the time of the code before. The run of bff45d3 (the library code of "
     "b78c4b8, 21:03-21:16 UTC) gave 1.14x and 0.76x, and that of 9f644e6 0.89x and "
-    "1.12x."
+    "1.12x. The two runs of 8da144b (2026-12-05) gave 1.08x/1.63x and 1.08x/0.88x: "
+    "ours took 0.557 and 0.522 s for 1 MiB sends, the raw socket 0.905 and 0.461 s."
 )
 
 #: Why a target can be missed on this design, shown in RESULTS.md only when it is.
@@ -80,7 +81,8 @@ EXPLANATIONS: dict[str, str] = {
         "Use send_nowait for tiny messages."
         " The run of 791ff2b gave 2.19x, within the spread above; its send_all code is "
         "that of the run of 6a3e79e (2.41x). The run of b78c4b8 gave 2.33x, that of bff45d3 "
-        "2.18x."
+        "2.18x. The two runs of 8da144b gave 2.71x and 2.45x: send_all took 15.24 and "
+        "15.16 s, js-libp2p 41.28 and 37.18 s."
     ),
     "32 B send_all time vs send_nowait + bare checkpoints": (
         "The send_nowait time in this sum comes from a tight loop, where an append costs "
@@ -165,7 +167,9 @@ EXPLANATIONS: dict[str, str] = {
         "CPU a request 33 and 31 us against the raw connections' 27 and 26 us, and the "
         "run of bff45d3 (the same library code) 0.71x (24,618 against 34,772 req/s; "
         "36 and 36 us against 27 and 28 us); the run of 9f644e6 0.74x (31,791 against "
-        "42,696 req/s; 30 and 30 us against 22 and 22 us)."
+        "42,696 req/s; 30 and 30 us against 22 and 22 us). The two runs of 8da144b gave "
+        "0.76x (31,715 against 41,844 req/s; 30 and 30 us against 24 and 23 us) and "
+        "0.71x (33,481 against 47,306 req/s; 29 and 29 us against 21 and 21 us)."
     ),
     "request/response, a stream per request, vs js-libp2p mplex (req/s)": (
         "Since b78c4b8 a NewStream, Close or Reset queued while the program is busy "
@@ -180,7 +184,9 @@ EXPLANATIONS: dict[str, str] = {
         "(server). The full runs of b78c4b8 and bff45d3 (the same library code) gave "
         "2.67x (29,564 against 11,059 req/s) and 2.06x (24,618 against 11,978; CPU a "
         "request 36 and 36 us against 33 and 31 us in the first: the machine ran "
-        "slower), and the run of 9f644e6 2.38x (31,791 against 13,365). "
+        "slower), and the run of 9f644e6 2.38x (31,791 against 13,365). The two runs "
+        "of 8da144b gave 2.59x (31,715 against 12,259) and 2.30x (33,481 against "
+        "14,530, js-libp2p's fastest in any full run). "
         "The runs before: the run of 6a3e79e (2026-12-04): ours 19,973 req/s at 36 us (client) "
         "and 40 us (server) of CPU a request, js-libp2p's mplex 12,439 req/s at 75 and 64 "
         "us: 1.61x. The run of 1266da8 gave 9,237 against 8,857 (1.04x) and that of "
@@ -321,7 +327,8 @@ EXPLANATIONS: dict[str, str] = {
         "against c4683db (`python -m benchmarks.ab <checkout> 'TLS latency' --turns 5`) "
         "gave 1.00x: that day's changes did not move it."
         " The run of 791ff2b gave 1.84x (434 against 237 us), that of b78c4b8 1.98x "
-        "that of bff45d3 2.04x and that of 9f644e6 1.81x (269 against 148 us)."
+        "that of bff45d3 2.04x and that of 9f644e6 1.81x (269 against 148 us). The two "
+        "runs of 8da144b gave 1.77x (261 against 148 us) and 1.63x (259 against 159 us)."
     ),
     "TLS bulk 64 KiB vs raw trio SSLStream (throughput)": (
         "The receiver is the limit: `python -m benchmarks.probe_tls_receive` (384 MiB in "
@@ -371,7 +378,16 @@ EXPLANATIONS: dict[str, str] = {
         "raw receiver, so this target has about 2% of room even at the floor, and "
         "mplex is 0.88x the floor (stream table, limits and accounting per frame, the "
         "reader's checks per record). The run of 9f644e6 gave 0.81x (737 against 907 "
-        "MB/s)."
+        "MB/s). On 2026-12-05 three changes cut the per-record and per-frame work above "
+        "the floor: a large frame's header is read inline, a record that a frame "
+        "boundary cuts is copied once instead of twice, and the reader keeps the middle "
+        "of a body straight from its read loop (Engine.keep). A/Bs in turns, each against "
+        "the code before it (`python -m benchmarks.ab <checkout> 'TLS bulk 64 KiB' "
+        "'TLS bulk 1 MiB' ... --turns 7`), gave 0.96x, 0.98x and 0.99x the time; "
+        "`python -m benchmarks 'TLS bulk 64 KiB' 'TLS bulk 1 MiB' --runs 5` then gave "
+        "0.82x and 0.93x. The two full runs of 8da144b gave 0.87x (780 against 892 MB/s) "
+        "and 0.85x (777 against 917 MB/s, 0.848x unrounded): ours moved 778 MB/s both "
+        "times, against 737 in the run of 9f644e6, and the raw receiver moved."
     ),
     "TLS bulk 1 MiB vs raw trio SSLStream (throughput)": (
         "As for 64 KiB sends: the receiver is the limit and pays the muxer's per-record "
@@ -390,8 +406,8 @@ EXPLANATIONS: dict[str, str] = {
         " The run of 791ff2b gave 0.80x (64 KiB sends: 0.85x), that of 0508db7 0.84x "
         "(0.92x), that of 7699821 0.85x (0.94x), that of b7c98df 0.83x (0.85x), and "
         "that of b78c4b8 0.84x (0.81x), that of bff45d3 0.80x (0.80x), and that of "
-        "9f644e6 0.83x (0.81x); see the floor "
-        "measured under TLS bulk 64 KiB."
+        "9f644e6 0.83x (0.81x), and the two runs of 8da144b 0.87x (0.87x) and 0.88x "
+        "(0.85x); see the floor measured under TLS bulk 64 KiB."
     ),
     "TLS 32 B send_nowait time vs the same over bare TCP": (
         "Over TLS the reader gets the stream one TLS record (at most 16 KiB, about 480 "
