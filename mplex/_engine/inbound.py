@@ -92,8 +92,9 @@ class Inbound:
         """Take ``data`` if it only continues the body of the frame in progress: to its
         stream as it is if it is ``HAND_ON_SIZE`` or more and the stream receives (no
         copy, no wait for the frame's end); else kept until the frame is complete.
-        The first engine call for every input (``receive`` starts here too), so it
-        first lets go of the last input (``_release_views``)."""
+        The first engine call for every input that ``keep`` did not take (``receive``
+        starts here too), so it first lets go of the last input (``_release_views``);
+        ``keep`` takes nothing while views of the last input are held."""
         if self._viewing:
             self._release_views()
         if self._held:
