@@ -24,6 +24,7 @@ no meaning inside an mplex stream, and merging is what lets the muxer hand a rea
 from __future__ import annotations
 
 from .errors import FrameTooLargeError, ProtocolError, UnknownFlagError
+from .runs import RUN_BODY_LIMIT, same_shape_run
 from .varint import decode_uvarint
 from .wire import MAX_MESSAGE_SIZE, MAX_PREFIX_BYTES, Flag, Frame
 
@@ -329,10 +330,10 @@ class Decoder:
                     run.append(data[start:end])
                     # The next frame has the same prefix: a run of one stream's equal
                     # writes (the many-small-messages case).  Take it whole, in C.
-                    if 0 < length <= _RUN_BODY_LIMIT:
+                    if 0 < length <= RUN_BODY_LIMIT:
                         prefix = data[frame_start:start]
                         if data.startswith(prefix, end):
-                            taken = _same_shape_run(data, end, n, prefix, end - frame_start)
+                            taken = same_shape_run(data, end, n, prefix, end - frame_start)
                             if taken:
                                 run.append(taken[0])
                                 count += taken[1]
@@ -366,42 +367,3 @@ VIEW_AT = 16 * 1024
 #: view pins the whole chunk until the body is complete) is kept as it came, not
 #: copied: the body is joined once it is complete.
 _KEEP_AS_IS = 4096
-
-#: Bodies up to this size qualify for the run path below; above it one slice per frame
-#: already costs little next to the copy.
-_RUN_BODY_LIMIT = 4096
-#: Frames checked by the first probe of a run; each further probe doubles, so a run
-#: that stops early costs at most twice its own length (no quadratic worst case).
-_RUN_FIRST_PROBE = 16
-
-
-def _same_shape_run(data: bytes, pos: int, n: int, prefix: bytes, stride: int) -> tuple[bytes, int] | None:
-    """Find the complete frames at ``pos`` that repeat ``prefix`` (same header, same
-    length) every ``stride`` bytes; return their bodies joined, and their count.
-
-    Strided slices check one prefix byte of every frame at once, and deleting the
-    prefix bytes from a copy with extended-slice ``del`` leaves the bodies joined:
-    both run in C, so a run of 32-byte frames costs a few passes over its bytes
-    instead of a Python loop iteration per frame.
-    """
-    available = (n - pos) // stride
-    count = 0
-    probe = _RUN_FIRST_PROBE
-    while count < available:
-        probe = min(probe, available - count)
-        first = pos + count * stride
-        stop = first + probe * stride
-        matched = probe
-        for j in range(len(prefix)):
-            column = data[first + j : stop : stride]
-            matched = min(matched, probe - len(column.lstrip(prefix[j : j + 1])))
-        count += matched
-        if matched < probe:
-            break
-        probe *= 2
-    if not count:
-        return None
-    frames = bytearray(data[pos : pos + count * stride])
-    for j in range(len(prefix)):
-        del frames[:: stride - j]  # the next prefix byte of every frame
-    return bytes(frames), count
