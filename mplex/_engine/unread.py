@@ -5,7 +5,9 @@ Small pieces that pile up unread are merged into one chunk of up to ``_MERGE_BEL
 bytes, so unread data costs about its size in memory, not an object per frame (a peer
 sending one byte per read would otherwise make the limits count a twentieth of what is
 held).  Every byte is counted from the moment it is delivered until it is read or
-dropped, so what ``Config.max_connection_buffer`` bounds is what the program holds.  A
+dropped, so what ``Config.max_connection_buffer`` bounds is what the program holds: a
+piece partly read is kept whole only while the rest is more than half of it, then the
+rest is copied out, so a stream holds at most twice its unread bytes.  A
 large piece may arrive as a view of the transport read it came in, which ``take``
 copies once, as it would have to copy a piece of its own; the engine has every view
 still unread replaced by a copy (``own``) before the next read goes in, so views keep
@@ -115,8 +117,16 @@ class ReceiveBuffer:
                     self._offset = 0
                     wanted -= available
                 else:
-                    pieces.append(head[self._offset : self._offset + wanted])
-                    self._offset += wanted
+                    end = self._offset + wanted
+                    pieces.append(head[self._offset : end])
+                    if len(head) - end <= len(head) >> 1:
+                        # The piece would be more than twice what is still counted:
+                        # keep a copy of the rest instead (each copy at least halves
+                        # it, so a piece read bit by bit is copied about once).
+                        chunks[0] = memoryview(head)[end:].tobytes()
+                        self._offset = 0
+                    else:
+                        self._offset = end
                     wanted = 0
             data = pieces[0] if len(pieces) == 1 else b"".join(pieces)
         if type(data) is not bytes:
