@@ -277,7 +277,13 @@ class Connection:
         final_state: ConnectionState = ConnectionState.BROKEN,
     ) -> None:
         """End the connection (the first call counts): break every stream, wake every
-        waiting task, stop the reader and the writer."""
+        waiting task, stop the reader and the writer.  After a failed write, that
+        failure is the reason, whatever ends the connection afterwards (the program's
+        ``aclose``, say): code that reconnects or scores peers on ``end_reason`` must
+        not read a broken transport as a clean close."""
+        failed_write = self.life.send_error
+        if isinstance(failed_write, ConnectionLost) and not isinstance(error, ConnectionLost):
+            error, cause = ConnectionLost(str(failed_write)), failed_write.__cause__
         if not self.life.end(error, cause=cause, final_state=final_state):
             return
         self.running = False

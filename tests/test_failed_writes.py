@@ -176,3 +176,28 @@ async def test_a_failed_write_ends_the_send_side_with_its_cause() -> None:
         assert info.value.__cause__ is transport.failure
         with pytest.raises(mplex.ConnectionLost):
             await muxer.open_stream()
+
+
+@pytest.mark.parametrize("failure", [OSError("the wire is cut"), ValueError("a buggy transport")])
+async def test_a_failed_write_stays_the_end_reason_when_the_program_closes_afterwards(
+    failure: Exception,
+) -> None:
+    """Leaving the block right after a write failed (before the input ended) still
+    reports the broken transport, not a clean local close."""
+    a, b = trio.testing.memory_stream_pair()
+    transport = FailingStream(a)
+    peer = RawPeer(b)
+    async with mplex.open_muxer(transport) as muxer:
+        stream = await muxer.open_stream()
+        assert len(await peer.receive_frames(1)) == 1
+        transport.failure = failure
+        await stream.send_all(b"lost")
+        await trio.testing.wait_all_tasks_blocked()
+        with pytest.raises(mplex.ConnectionLost):
+            await stream.send_all(b"after")
+        assert muxer.end_reason is None  # lingering on input: not ended yet
+    assert muxer.end_reason is mplex.EndReason.TRANSPORT_FAILED
+    assert isinstance(muxer.end_error, mplex.ConnectionLost)
+    assert muxer.end_error.__cause__ is failure
+    with pytest.raises(mplex.ConnectionLost):  # the stream says the same
+        await stream.receive_some()
