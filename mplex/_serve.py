@@ -60,7 +60,8 @@ async def serve_connection(
     one), as starting and ending a task is a large part of a short request's cost.
     When a handler returns, its stream is closed (as ``aclose`` does); when it raises, its
     stream is reset, and the error is logged (at DEBUG if it is the stream or the
-    connection ending under it, with a traceback at ERROR otherwise, for the first
+    connection ending under it, alone or in an exception group of the handler's own
+    nursery, with a traceback at ERROR otherwise, for the first
     ``LOGGED_HANDLER_ERRORS`` of a connection, then only counted): the connection and
     its other streams go on.
 
@@ -188,11 +189,10 @@ class _Connection:
         self.running += 1
         try:
             await handler(stream)
-        except (trio.BrokenResourceError, MuxerClosed) as exc:  # the stream or connection ended under it
-            self.log.debug("stream %d (%s): handler ended: %s", stream.id, stream.name, exc)
-            stream.reset()
-        except Exception:
-            if self.errors_logged < LOGGED_HANDLER_ERRORS:
+        except Exception as exc:
+            if _ended_under_it(exc):  # the peer's doing, not the handler's error
+                self.log.debug("stream %d (%s): handler ended: %s", stream.id, stream.name, exc)
+            elif self.errors_logged < LOGGED_HANDLER_ERRORS:
                 self.errors_logged += 1
                 self.log.exception("stream %d (%s): the handler raised", stream.id, stream.name)
             else:
@@ -226,6 +226,15 @@ class _Connection:
                 self.errors_unlogged,
                 LOGGED_HANDLER_ERRORS,
             )
+
+
+def _ended_under_it(exc: BaseException) -> bool:
+    """Whether ``exc`` is only the stream or the connection ending under a handler: a
+    ``trio.BrokenResourceError`` (a reset, a lost connection) or ``MuxerClosed``, or an
+    exception group (a handler's own nursery) made of nothing else."""
+    if isinstance(exc, BaseExceptionGroup):
+        return all(_ended_under_it(inner) for inner in exc.exceptions)
+    return isinstance(exc, trio.BrokenResourceError | MuxerClosed)
 
 
 def _check_idle_timeout(idle_timeout: float | None) -> None:

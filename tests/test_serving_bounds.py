@@ -250,3 +250,64 @@ async def test_a_peer_cannot_fill_the_log_through_raising_handlers(caplog: pytes
     assert len(summary) == 1 and summary[0].endswith(
         "15 more handler errors on this connection were not logged (the first 5 were)"
     )
+
+
+async def _reset_under_handlers_with_nurseries(extra: BaseException | None) -> list[logging.LogRecord]:
+    """Eight streams reset by the peer under handlers that read and write at once in a
+    nursery of their own (the second task raises ``extra`` if given); the records
+    logged at INFO and above."""
+    both_waiting = trio.Semaphore(0)
+
+    async def handler(stream: mplex.MplexStream) -> None:
+        async def reading() -> None:
+            both_waiting.release()
+            while await stream.receive_some():
+                pass
+
+        async def writing() -> None:
+            both_waiting.release()
+            while True:
+                await stream.send_all(b"x" * 1024)
+                if extra is not None:
+                    raise extra
+                await trio.sleep(0)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(reading)
+            nursery.start_soon(writing)
+
+    a, b = trio.testing.memory_stream_pair()
+    handler_log = logging.getLogger("mplex")
+    records: list[logging.LogRecord] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            records.append(record)
+
+    keep = Keep(logging.INFO)
+    handler_log.addHandler(keep)
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(lambda: mplex.serve_connection(handler, a))
+            async with mplex.open_muxer(b) as client:
+                for _ in range(8):
+                    stream = await client.open_stream()
+                    await stream.send_all(b"request")
+                    for _ in range(2):
+                        await both_waiting.acquire()
+                    stream.reset()
+                await trio.testing.wait_all_tasks_blocked()
+    finally:
+        handler_log.removeHandler(keep)
+    return records
+
+
+async def test_a_peers_reset_under_a_handlers_own_nursery_is_not_logged_as_an_error() -> None:
+    records = await _reset_under_handlers_with_nurseries(None)
+    assert [r.getMessage() for r in records if r.levelno >= logging.WARNING] == []
+
+
+async def test_a_handler_error_beside_a_reset_in_one_group_is_still_logged() -> None:
+    records = await _reset_under_handlers_with_nurseries(ValueError("a bug beside the reset"))
+    errors = [r for r in records if r.levelno >= logging.ERROR and r.exc_info]
+    assert len(errors) == mplex.LOGGED_HANDLER_ERRORS
