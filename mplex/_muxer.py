@@ -273,8 +273,9 @@ def open_muxer(
     On exit the muxer is closed (queued frames are flushed first) and its tasks end.
     The same as ``async with Muxer(transport_stream, config) as muxer:``.  An exception
     raised in the block reaches the caller as itself (``except mplex.ConnectionLost:``
-    around the block works), not wrapped in an ``ExceptionGroup``; several at once
-    still come as a group.
+    around the block works), not wrapped in an ``ExceptionGroup``; a group the block
+    raises itself (its own nursery's, say) leaves as it was raised, and several at
+    once still come as a group.
     """
     return Muxer(transport_stream, config)
 
@@ -284,10 +285,13 @@ def open_muxer(
 async def _open_running(muxer: Muxer) -> AsyncIterator[Muxer]:
     """Run ``muxer`` in a nursery of its own for the block; close it on exit.  What the
     block raises leaves as itself, not wrapped in the nursery's group (``_unwrapping``)."""
-    with unwrapped():
+    with unwrapped() as unwrapping:
         async with trio.open_nursery() as nursery:
             await nursery.start(muxer.run)
             try:
                 yield muxer
+            except BaseException as exc:
+                unwrapping.raised(exc)  # the block's own group, if it is one, stays whole
+                raise
             finally:
                 await muxer.aclose()

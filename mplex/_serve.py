@@ -26,7 +26,7 @@ from ._muxer import Muxer
 from ._protection import protected, unprotected
 from ._select import accept_protocol
 from ._stream import MplexStream
-from ._unwrapping import unwrapped
+from ._unwrapping import Unwrapping, unwrapped
 
 __all__ = [
     "IDLE_HANDLER_TASKS",
@@ -87,17 +87,24 @@ async def serve_connection(
     muxer = Muxer(transport, config)  # checks the transport and the config
     _check_idle_timeout(idle_timeout)
     require_trio("mplex.serve_connection()")
-    with unwrapped():
-        return await _serve_connection(handler, muxer, negotiate=negotiate, idle_timeout=idle_timeout)
+    with unwrapped() as unwrapping:
+        return await _serve_connection(
+            handler, muxer, unwrapping, negotiate=negotiate, idle_timeout=idle_timeout
+        )
 
 
 @protected  # the accept loop; handlers run in handler tasks, unprotected
 async def _serve_connection(
-    handler: StreamHandler, muxer: Muxer, *, negotiate: bool, idle_timeout: float | None
+    handler: StreamHandler,
+    muxer: Muxer,
+    unwrapping: Unwrapping,
+    *,
+    negotiate: bool,
+    idle_timeout: float | None,
 ) -> Muxer | None:
     if negotiate and not await _negotiated(muxer.transport_stream):
         return None
-    connection = _Connection(muxer)
+    connection = _Connection(muxer, unwrapping)
     async with trio.open_nursery() as nursery:
         await nursery.start(muxer.run)
         if idle_timeout is not None:
@@ -139,8 +146,9 @@ class _Connection:
     """What ``serve_connection`` keeps of one connection: the handler slots, when the
     peer was last heard from, and the handler errors logged so far."""
 
-    def __init__(self, muxer: Muxer) -> None:
+    def __init__(self, muxer: Muxer, unwrapping: Unwrapping) -> None:
         self.muxer = muxer
+        self._unwrapping = unwrapping
         self.log = ConnectionLog(muxer.name)
         #: Handlers that may still start: taken by the accept loop, given back by the
         #: handler's task.  A count and a lot of our own, not a ``trio.Semaphore``:
@@ -198,6 +206,9 @@ class _Connection:
             else:
                 self.errors_unlogged += 1
             stream.reset()
+        except BaseException as exc:  # KeyboardInterrupt, say: it ends the server
+            self._unwrapping.raised(exc)
+            raise
         else:
             stream.close()  # the task ends here: no checkpoint needed to close
         finally:
@@ -287,11 +298,14 @@ async def serve_listeners(
             )
         except Exception:  # a bug of ours: log it and keep serving the others
             logger.exception("internal error while serving a connection")
+        except BaseException as exc:  # a handler's KeyboardInterrupt, say
+            unwrapping.raised(exc)
+            raise
         finally:
             serving -= 1
 
     require_trio("mplex.serve_listeners()")
-    with unwrapped():
+    with unwrapped() as unwrapping:
         await trio.serve_listeners(serve_one, list(listeners), task_status=task_status)
     raise AssertionError("trio.serve_listeners returned")  # it serves until cancelled
 

@@ -142,3 +142,91 @@ async def test_serve_tcp_cancelled_returns_quietly() -> None:
             await nursery.start(partial(mplex.serve_tcp, handler, 0, host="127.0.0.1"))
             scope.cancel()
     assert scope.cancelled_caught
+
+
+class TestTheProgramsOwnGroupsStayWhole:
+    """Only the groups the library's nurseries add are removed: a group the program
+    raises itself, or one of its own nurseries, leaves the block as it would outside."""
+
+    @over_both_blocks
+    async def test_a_group_of_one_raised_in_the_block_keeps_its_message_and_notes(
+        self, block: Callable[..., Any]
+    ) -> None:
+        a, _ = trio.testing.memory_stream_pair()
+        mine = ExceptionGroup("my own group", [ValueError("inside")])
+        mine.add_note("a note of mine")
+        with pytest.raises(ExceptionGroup) as caught:
+            async with block(a):
+                raise mine
+        assert caught.value is mine
+        assert caught.value.__notes__ == ["a note of mine"]
+
+    @over_both_blocks
+    async def test_a_nursery_of_the_programs_own_raises_its_group_as_it_would_outside(
+        self, block: Callable[..., Any]
+    ) -> None:
+        async def fails() -> None:
+            raise KeyError("in a child")
+
+        with pytest.raises(ExceptionGroup) as outside:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(fails)
+        a, _ = trio.testing.memory_stream_pair()
+        with pytest.raises(ExceptionGroup) as inside:
+            async with block(a), trio.open_nursery() as nursery:
+                nursery.start_soon(fails)
+        assert inside.value.message == outside.value.message
+        assert [type(e) for e in inside.value.exceptions] == [KeyError]
+
+    @over_both_blocks
+    async def test_nested_groups_of_the_program_arrive_nested(self, block: Callable[..., Any]) -> None:
+        a, _ = trio.testing.memory_stream_pair()
+        nested = ExceptionGroup("outer", [ExceptionGroup("inner", [Mine("deep")])])
+        with pytest.raises(ExceptionGroup) as caught:
+            async with block(a):
+                raise nested
+        assert caught.value is nested
+
+    @over_both_blocks
+    async def test_except_star_matches_inside_the_programs_group(self, block: Callable[..., Any]) -> None:
+        a, _ = trio.testing.memory_stream_pair()
+        seen: list[ExceptionGroup[Mine]] = []
+        try:
+            async with block(a):
+                raise ExceptionGroup("mine", [Mine("one")])
+        except* Mine as group:
+            seen.append(group)
+        assert [g.message for g in seen] == ["mine"]
+
+    async def test_a_handlers_own_base_group_leaves_serve_connection_whole(self) -> None:
+        group = BaseExceptionGroup("the handler's own", [KeyboardInterrupt()])
+
+        async def handler(stream: mplex.MplexStream) -> None:
+            raise group
+
+        a, b = trio.testing.memory_stream_pair()
+        leaving = Leaving()
+        async with trio.open_nursery() as nursery, mplex.open_muxer(b) as client:
+            nursery.start_soon(leaving.run, mplex.serve_connection, handler, a)
+            await client.open_stream()
+            with trio.fail_after(10):
+                await leaving.done.wait()
+        assert leaving.exception is group
+
+    async def test_a_handlers_own_base_group_leaves_serve_tcp_whole(self) -> None:
+        group = BaseExceptionGroup("the handler's own", [KeyboardInterrupt()])
+
+        async def handler(stream: mplex.MplexStream) -> None:
+            raise group
+
+        leaving = Leaving()
+        async with trio.open_nursery() as nursery:
+            listeners = await nursery.start(
+                partial(leaving.run, mplex.serve_tcp, handler, 0, host="127.0.0.1")
+            )
+            port = listeners[0].socket.getsockname()[1]
+            async with mplex.open_muxer(await trio.open_tcp_stream("127.0.0.1", port)) as client:
+                await client.open_stream()
+                with trio.fail_after(10):
+                    await leaving.done.wait()
+        assert leaving.exception is group
