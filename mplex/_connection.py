@@ -336,6 +336,9 @@ class Connection:
             "writer": self.writer.state if self.life.send_error is None and running else "stopped",
             "reader": ("paused" if self.throttle.blocked else self.reader.state) if running else "stopped",
             "reader_lent_to": lent.key if isinstance(lent, StreamRecord) else None,
+            "receivers_waiting": sum(record.waiter is not None for record in engine.streams.values())
+            + isinstance(lent, StreamRecord),
+            "senders_waiting": self.writer.senders_waiting if running else 0,
         }
         return engine.counters.snapshot(
             frames_sent=self.outbox.frames,

@@ -70,9 +70,10 @@ async def serve_connection(
     accept backlog meanwhile (``Config.accept_backlog``; beyond it they are refused).
     When the connection ends, handlers still running get ``Config.close_timeout``
     seconds to return, then are cancelled.  With ``idle_timeout`` (seconds), the
-    connection is closed once nothing has arrived from the peer and no handler has
-    run for that long.  Returns once the connection has ended, for whatever reason
-    (``Muxer.end_reason`` says which), and every handler has returned.
+    connection is closed once nothing has moved for that long: no byte arrived from
+    the peer or left for it, and every handler still running waits on the peer.
+    Returns once the connection has ended, for whatever reason (``Muxer.end_reason``
+    says which), and every handler has returned.
 
     With ``negotiate=True`` it first agrees on ``/mplex/6.7.0`` with multistream-select,
     as libp2p peers do on a raw connection; a peer that fails to within
@@ -216,17 +217,24 @@ class _Connection:
             self.give_back_slot()
 
     async def close_when_idle(self, idle_timeout: float) -> None:
-        """Close the connection once nothing has arrived and no handler has run for
-        ``idle_timeout`` seconds (looked at four times per ``idle_timeout``)."""
-        heard = self.muxer.stats.bytes_received
+        """Close the connection once nothing has moved for ``idle_timeout`` seconds
+        (looked at four times per ``idle_timeout``).  Progress is what counts, not
+        presence: a byte that arrived from the peer, a byte the transport took from us,
+        or a handler doing work of its own.  A handler waiting on the peer (in
+        ``receive_some``, or in ``send_all`` to a peer that stopped reading) is no
+        progress, so a peer that opens a stream and falls silent cannot hold its
+        connection (and a ``max_connections`` place) for ever."""
+        moved: tuple[int, int] | None = None
         quiet_since = trio.current_time()
         while True:
             await trio.sleep(idle_timeout / 4)
-            now, received = trio.current_time(), self.muxer.stats.bytes_received
-            if received != heard or self.running:
-                heard, quiet_since = received, now
+            stats = self.muxer.stats
+            now, seen = trio.current_time(), (stats.bytes_received, stats.bytes_sent)
+            working = self.running > stats.receivers_waiting + stats.senders_waiting
+            if seen != moved or working:
+                moved, quiet_since = seen, now
             elif now - quiet_since >= idle_timeout:
-                self.log.info("closing the connection: idle for %g s (idle_timeout)", idle_timeout)
+                self.log.info("closing the connection: nothing moved for %g s (idle_timeout)", idle_timeout)
                 await self.muxer.aclose()
                 return
 

@@ -164,6 +164,11 @@ class Writer:
         finally:
             self._room_waiters -= 1
 
+    @property
+    def senders_waiting(self) -> int:
+        """Tasks in ``wait_for_room`` now (``MuxerStats.senders_waiting``)."""
+        return self._room_waiters
+
     def wake_senders(self) -> None:
         """Let every waiting sender look at its situation again."""
         if self._room_waiters:

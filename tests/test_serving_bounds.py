@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import pytest
@@ -13,7 +14,8 @@ import trio
 import trio.testing
 
 import mplex
-from tests.helpers import over_every_transport, settle
+from mplex import Flag
+from tests.helpers import frame, over_every_transport, settle
 
 
 def task_count() -> int:
@@ -311,3 +313,115 @@ async def test_a_handler_error_beside_a_reset_in_one_group_is_still_logged() -> 
     records = await _reset_under_handlers_with_nurseries(ValueError("a bug beside the reset"))
     errors = [r for r in records if r.levelno >= logging.ERROR and r.exc_info]
     assert len(errors) == mplex.LOGGED_HANDLER_ERRORS
+
+
+class TestTheIdleClockCountsProgress:
+    """``idle_timeout`` closes a connection where nothing moved, whatever its handlers
+    wait for: a handler waiting on the peer is no progress, one at work of its own is."""
+
+    @staticmethod
+    async def served_for(
+        handler: Callable[[mplex.MplexStream], Any],
+        peer: Callable[[trio.abc.Stream], Any],
+        transport: tuple[trio.abc.Stream, trio.abc.Stream] | None = None,
+    ) -> float:
+        """Virtual seconds ``serve_connection(handler, idle_timeout=1)`` ran while
+        ``peer`` drove the other end (at most 100)."""
+        server, client = transport or trio.testing.memory_stream_pair()
+        started = trio.current_time()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(peer, client)
+            with trio.move_on_after(100):
+                await mplex.serve_connection(handler, server, idle_timeout=1)
+            nursery.cancel_scope.cancel()
+        return trio.current_time() - started
+
+    @staticmethod
+    async def echo(stream: mplex.MplexStream) -> None:
+        while data := await stream.receive_some():
+            await stream.send_all(data)
+
+    async def test_a_peer_that_opens_a_stream_and_falls_silent_is_closed(
+        self, mock_clock: trio.testing.MockClock
+    ) -> None:
+        mock_clock.autojump_threshold = 0
+
+        async def silent(client: trio.abc.Stream) -> None:
+            await client.send_all(frame(0, Flag.NEW_STREAM))
+            await trio.sleep_forever()
+
+        assert 1 <= await self.served_for(self.echo, silent) < 2
+
+    async def test_a_peer_that_asks_for_data_and_never_reads_it_is_closed(
+        self, mock_clock: trio.testing.MockClock
+    ) -> None:
+        mock_clock.autojump_threshold = 0
+
+        async def answer(stream: mplex.MplexStream) -> None:
+            await stream.receive_some()
+            await stream.send_all(b"a" * 2**20)  # never taken
+
+        async def asks(client: trio.abc.Stream) -> None:
+            await client.send_all(frame(0, Flag.NEW_STREAM) + frame(0, Flag.MESSAGE_INITIATOR, b"get"))
+            await trio.sleep_forever()  # and never reads
+
+        # close_timeout (5 s) is aclose's flush, which a peer that never reads runs out.
+        seconds = await self.served_for(answer, asks, trio.testing.lockstep_stream_pair())
+        assert 1 <= seconds < 2 + mplex.Config().close_timeout
+
+    async def test_a_handler_at_work_of_its_own_keeps_the_connection(
+        self, mock_clock: trio.testing.MockClock
+    ) -> None:
+        mock_clock.autojump_threshold = 0
+
+        async def slow(stream: mplex.MplexStream) -> None:
+            await stream.receive_some()
+            await trio.sleep(10)  # a slow backend: the peer waits on us, not we on it
+            await stream.send_all(b"done")
+
+        async def waits(client: trio.abc.Stream) -> None:
+            await client.send_all(frame(0, Flag.NEW_STREAM) + frame(0, Flag.MESSAGE_INITIATOR, b"get"))
+            await trio.sleep_forever()
+
+        assert 11 <= await self.served_for(slow, waits) < 12.5
+
+    async def test_a_peer_that_keeps_sending_is_not_idle(self, mock_clock: trio.testing.MockClock) -> None:
+        mock_clock.autojump_threshold = 0
+
+        async def drips(client: trio.abc.Stream) -> None:
+            await client.send_all(frame(0, Flag.NEW_STREAM))
+            for _ in range(40):  # a byte of a message every half idle_timeout: 20 s
+                await trio.sleep(0.5)
+                await client.send_all(frame(0, Flag.MESSAGE_INITIATOR, b"."))
+            await trio.sleep_forever()
+
+        assert 20 <= await self.served_for(self.echo, drips) < 22
+
+
+async def test_silent_stream_holders_cannot_keep_honest_clients_out() -> None:
+    """The issue's repro: five peers that send one NewStream frame each fill
+    ``max_connections=5``; with ``idle_timeout=1`` they are gone within 5 s and an
+    honest client is served."""
+
+    async def echo(stream: mplex.MplexStream) -> None:
+        await stream.send_all(await stream.receive_some())
+
+    async with trio.open_nursery() as nursery:
+        listeners = await nursery.start(
+            partial(mplex.serve_tcp, echo, 0, host="127.0.0.1", idle_timeout=1, max_connections=5)
+        )
+        port = listeners[0].socket.getsockname()[1]
+        silent = [await trio.open_tcp_stream("127.0.0.1", port) for _ in range(5)]
+        for sock in silent:
+            await sock.send_all(frame(0, Flag.NEW_STREAM))
+        with trio.fail_after(5):
+            for sock in silent:
+                assert await sock.receive_some() == b""  # closed by the server
+            await trio.testing.wait_all_tasks_blocked()  # the server's tasks finish
+            async with mplex.open_muxer(await trio.open_tcp_stream("127.0.0.1", port)) as client:
+                stream = await client.open_stream()
+                await stream.send_all(b"honest")
+                assert await stream.receive_some() == b"honest"
+        for sock in silent:
+            await sock.aclose()
+        nursery.cancel_scope.cancel()

@@ -405,3 +405,32 @@ class TestWithoutCheckpoints:
             assert await read_all(peer) == b"bye"
             await peer.aclose()
             await stream.aclose()  # after close: fine
+
+
+@over_every_transport
+async def test_stats_count_the_tasks_waiting_on_the_peer(transport: Any) -> None:
+    """``receivers_waiting`` and ``senders_waiting``: what ``idle_timeout`` tells a
+    handler waiting on the peer from one at work by."""
+    config = mplex.Config(send_high_water=1024)
+    async with (
+        _with_backpressure(transport) as (a, b),
+        mplex.open_muxer(a, config) as muxer,
+        mplex.open_muxer(b) as peer,
+    ):
+        receivers = [await muxer.open_stream() for _ in range(3)]
+        sender = await muxer.open_stream()
+        for stream in [*receivers, sender]:
+            await stream.send_all(b"hello")
+            await (await peer.accept_stream()).receive_some()  # and never answers
+        assert muxer.stats.receivers_waiting == 0
+        async with trio.open_nursery() as nursery:
+            for stream in receivers:
+                nursery.start_soon(stream.receive_some)
+            nursery.start_soon(sender.send_all, b"x" * 2**24)  # more than the peer reads
+            await settle()
+            stats = muxer.stats
+            assert (stats.receivers_waiting, stats.senders_waiting) == (3, 1)
+            nursery.cancel_scope.cancel()
+        await settle()
+        stats = muxer.stats
+        assert (stats.receivers_waiting, stats.senders_waiting) == (0, 0)

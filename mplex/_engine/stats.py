@@ -68,6 +68,12 @@ class MuxerStats:
     #: While the reader is ``"lent"``: the ``MplexStream.key`` of the stream whose
     #: receiving task holds the read turn.
     reader_lent_to: int | None = None
+    #: Tasks in ``receive_some`` waiting for the peer's data (parked, or reading the
+    #: transport themselves).
+    receivers_waiting: int = 0
+    #: Tasks waiting for room in the send buffer (in ``send_all``, ``open_stream`` or
+    #: ``aclose``'s flush): for the peer or the transport to take what is queued.
+    senders_waiting: int = 0
 
 
 class Counters:
