@@ -433,6 +433,11 @@ class TestMessagesInTheUsersTerms:
         assert "'notaport' is not a TCP port" in result.stderr
         assert "_port" not in result.stderr
 
+    def test_port_zero_cannot_be_dialled(self) -> None:
+        result = run("dial", "127.0.0.1", "0")
+        assert result.returncode == 2
+        assert "argument port: port 0 cannot be dialled (a TCP port from 1 to 65535)" in result.stderr
+
     @pytest.mark.parametrize("option", ["--streams", "--size", "--seed", "--timeout"])
     def test_a_number_that_is_not_a_number(self, option: str) -> None:
         result = run("dial", "127.0.0.1", "80", option, "many")

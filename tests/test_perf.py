@@ -166,3 +166,41 @@ class TestTheCommand:
         )
         assert done.returncode == 1
         assert done.stderr.strip() == "mplex perf: --server-address takes HOST:PORT, not 'nowhere'"
+
+
+class TestTheClientAgainstTheWrongServer:
+    """Every failure of ``mplex perf``'s client is one line on stderr and exit 1, and
+    no wait is unbounded (``--timeout``, 10 s by default)."""
+
+    @staticmethod
+    def against(*serve_options: str, timeout: str = "2") -> subprocess.CompletedProcess[str]:
+        from tests.test_cli import served  # noqa: PLC0415  (the CLI tests' server helper)
+
+        with served("echo", *serve_options) as port:
+            return subprocess.run(
+                [*MPLEX, "perf", "--server-address", f"127.0.0.1:{port}", "--upload-bytes", "100000"]
+                + ["--download-bytes", "0", "--timeout", timeout],
+                capture_output=True,
+                text=True,
+                timeout=60,
+                check=False,
+            )
+
+    def test_an_echo_server_that_negotiates_is_named_in_one_line(self) -> None:
+        done = self.against("--negotiate")
+        assert done.returncode == 1
+        [line] = done.stderr.splitlines()
+        assert line.startswith("mplex perf: the server does not answer as a perf server does: asked for 0 bytes")
+
+    def test_a_server_that_does_not_negotiate_times_out_in_one_line(self) -> None:
+        done = self.against()
+        assert done.returncode == 1
+        [line] = done.stderr.splitlines()
+        assert line == "mplex perf: cannot negotiate /mplex/6.7.0: no answer within 2 s (does the peer negotiate?)"
+
+    def test_a_timeout_must_be_positive(self) -> None:
+        done = subprocess.run(
+            [*MPLEX, "perf", "--timeout", "0"], capture_output=True, text=True, timeout=60, check=False
+        )
+        assert done.returncode == 2
+        assert "--timeout: must be more than 0 seconds" in done.stderr

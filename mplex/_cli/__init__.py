@@ -24,6 +24,7 @@ from collections.abc import Sequence
 
 from .. import __version__
 from .._engine.wire import PROTOCOL_ID
+from . import arguments
 from .decode import decode_command
 from .dial import dial_command
 from .errors import CommandError
@@ -91,11 +92,15 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--offset",
         metavar="BYTE",
-        type=_non_negative,
+        type=arguments.non_negative,
         help="start at this byte (default: 0, or after a leading multistream-select handshake)",
     )
     p.add_argument(
-        "--max-message-size", metavar="BYTES", type=_positive, default=1 << 20, help="frame body limit, bytes"
+        "--max-message-size",
+        metavar="BYTES",
+        type=arguments.positive,
+        default=1 << 20,
+        help="frame body limit, bytes",
     )
     p.add_argument("--plain", action="store_true", help="plain text even on a terminal")
     p.set_defaults(run=decode_command)
@@ -103,33 +108,49 @@ def parser() -> argparse.ArgumentParser:
     p = command("serve", "run an mplex server on TCP")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on")
     p.add_argument(
-        "--port", metavar="PORT", type=_port_number, default=0, help="port to listen on; 0 picks a free one"
+        "--port",
+        metavar="PORT",
+        type=arguments.port_number,
+        default=0,
+        help="port to listen on; 0 picks a free one",
     )
     p.add_argument(
         "--mode", choices=["echo", "discard", "source"], default="echo", help="what each stream gets"
     )
     p.add_argument(
-        "--size", metavar="BYTES", type=_positive, default=1 << 20, help="bytes per stream in source mode"
+        "--size",
+        metavar="BYTES",
+        type=arguments.positive,
+        default=1 << 20,
+        help="bytes per stream in source mode",
     )
     p.add_argument("--negotiate", action="store_true", help=_NEGOTIATE_HELP)
     p.set_defaults(run=serve_command)
 
     p = command("dial", "open streams to an mplex peer, send, read back, report")
     p.add_argument("host", help="the peer's address")
-    p.add_argument("port", type=_port_number, help="the peer's TCP port")
-    p.add_argument("--streams", metavar="N", type=_positive, default=10, help="streams, all at once")
-    p.add_argument("--size", metavar="BYTES", type=_positive, default=65536, help="bytes sent on each stream")
+    p.add_argument("port", type=arguments.dial_port, help="the peer's TCP port")
+    p.add_argument("--streams", metavar="N", type=arguments.positive, default=10, help="streams, all at once")
+    p.add_argument(
+        "--size", metavar="BYTES", type=arguments.positive, default=65536, help="bytes sent on each stream"
+    )
     p.add_argument("--verify", action="store_true", help="check that every stream echoes its bytes")
-    p.add_argument("--seed", metavar="N", type=_whole_number, default=0, help="seed of the random payload")
+    p.add_argument(
+        "--seed", metavar="N", type=arguments.whole_number, default=0, help="seed of the random payload"
+    )
     p.add_argument(
         "--connect-timeout",
         metavar="SECONDS",
-        type=_seconds,
+        type=arguments.seconds,
         default=10.0,
         help="seconds to connect (and negotiate)",
     )
     p.add_argument(
-        "--timeout", metavar="SECONDS", type=_seconds, default=60.0, help="seconds for the whole dial"
+        "--timeout",
+        metavar="SECONDS",
+        type=arguments.seconds,
+        default=60.0,
+        help="seconds for the whole dial",
     )
     p.add_argument("--json", action="store_true", help="one JSON object instead of a table")
     p.add_argument("--plain", action="store_true", help="plain text even on a terminal")
@@ -144,7 +165,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("cases", nargs="*", help="case names, e.g. 32B latency fan-out (default: 32B)")
     p.add_argument("--quick", action="store_true", help="tiny sizes, seconds in all; no verdicts")
     p.add_argument(
-        "--runs", metavar="N", type=_positive, help="runs per implementation (default: the suite's)"
+        "--runs", metavar="N", type=arguments.positive, help="runs per implementation (default: the suite's)"
     )
     p.add_argument("--json", action="store_true", help="print the results as JSON instead of a table")
     p.set_defaults(run=_bench_command)
@@ -198,44 +219,3 @@ def _bench_command(args: argparse.Namespace) -> int:
             return 1
         print(saved.read_text())
     return status
-
-
-def _whole_number(text: str) -> int:
-    try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-
-
-def _positive(text: str) -> int:
-    value = _whole_number(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive whole number, not {text}")
-    return value
-
-
-def _non_negative(text: str) -> int:
-    value = _whole_number(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be a whole number >= 0, not {text}")
-    return value
-
-
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not 0 <= value < float("inf"):  # also refuses nan
-        raise argparse.ArgumentTypeError(f"must be a finite, non-negative number of seconds, not {text}")
-    return value
-
-
-def _port_number(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if not 0 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a TCP port (a whole number from 0 to 65535)")
-    return value

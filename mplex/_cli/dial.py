@@ -167,19 +167,26 @@ async def _dial(args: argparse.Namespace) -> Report:
 
 
 async def _connect(args: argparse.Namespace) -> trio.SocketStream:
+    return await connect(args.host, args.port, timeout=args.connect_timeout, negotiate=args.negotiate)
+
+
+async def connect(host: str, port: int, *, timeout: float, negotiate: bool) -> trio.SocketStream:
+    """A TCP connection to ``host:port`` (with ``negotiate``, agreed on ``/mplex/6.7.0``
+    by multistream-select), each step within ``timeout`` seconds; ``CommandError``
+    saying why not."""
     try:
-        with trio.fail_after(args.connect_timeout):
-            transport = await trio.open_tcp_stream(args.host, args.port)
+        with trio.fail_after(timeout):
+            transport = await trio.open_tcp_stream(host, port)
     except (OSError, trio.TooSlowError) as exc:
         reason = getattr(exc, "strerror", None) or str(exc) or "timed out"
-        raise CommandError(f"cannot connect to {args.host}:{args.port}: {reason}") from None
-    if args.negotiate:
+        raise CommandError(f"cannot connect to {host}:{port}: {reason}") from None
+    if negotiate:
         try:
-            with trio.fail_after(args.connect_timeout):
+            with trio.fail_after(timeout):
                 await select_protocol(transport, [PROTOCOL_ID])
         except (NegotiationError, trio.TooSlowError, trio.BrokenResourceError) as exc:
             await trio.aclose_forcefully(transport)
-            reason = str(exc) or f"no answer within {args.connect_timeout:g} s (does the peer negotiate?)"
+            reason = str(exc) or f"no answer within {timeout:g} s (does the peer negotiate?)"
             raise CommandError(f"cannot negotiate {PROTOCOL_ID}: {reason}") from None
     return transport
 

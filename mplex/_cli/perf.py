@@ -14,7 +14,8 @@ from functools import partial
 
 import trio
 
-from .._engine.wire import PROTOCOL_ID
+from .._engine.multistream import NegotiationError
+from .._logging import describe
 from .._muxer import open_muxer
 from .._perf import (
     PERF_PROTOCOL_ID,
@@ -28,6 +29,8 @@ from .._perf import (
 from .._select import accept_protocol, select_protocol
 from .._serve import serve_tcp
 from .._stream import MplexStream
+from . import arguments
+from .dial import connect
 from .errors import CommandError
 
 __all__ = ["add_arguments", "perf_command"]
@@ -59,22 +62,50 @@ def split_address(address: str) -> tuple[str, int]:
 
 async def _measure(args: argparse.Namespace) -> list[PerfResult]:
     host, port = split_address(args.server_address)
-    try:
-        transport = await trio.open_tcp_stream(host, port)
-        await select_protocol(transport, [PROTOCOL_ID])
-    except OSError as exc:
-        raise CommandError(f"cannot connect to {args.server_address}: {exc.strerror or exc}") from None
+    transport = await connect(host, port, timeout=args.timeout, negotiate=True)
     results = []
-    async with open_muxer(transport) as muxer:
-        for upload, download, runs in measurements(args.upload_bytes, args.download_bytes):
-            done = []
-            for _ in range(runs):
-                stream = await muxer.open_stream()
-                await select_protocol(stream, [PERF_PROTOCOL_ID])
-                done.append(await perf_client(TrioPerfStream(stream), upload, download))
-                await stream.aclose()
-            results.append(median_run(done))
+    try:
+        async with open_muxer(transport) as muxer:
+            for upload, download, runs in measurements(args.upload_bytes, args.download_bytes):
+                done = []
+                for _ in range(runs):
+                    stream = await muxer.open_stream()
+                    with trio.fail_after(args.timeout):
+                        await select_protocol(stream, [PERF_PROTOCOL_ID])
+                    done.append(await perf_client(_Bounded(stream, args.timeout), upload, download))
+                    await stream.aclose()
+                results.append(median_run(done))
+    except trio.TooSlowError:
+        raise CommandError(
+            f"the server at {args.server_address} sent nothing for {args.timeout:g} s (is it a perf "
+            "server, `mplex perf --run-server`?); --timeout sets the limit"
+        ) from None
+    except NegotiationError as exc:
+        raise CommandError(f"the server does not serve {PERF_PROTOCOL_ID}: {exc}") from None
+    except ValueError as exc:  # perf_client: an answer the perf protocol does not allow
+        raise CommandError(
+            f"the server does not answer as a perf server does: {exc} (an echo server, perhaps?)"
+        ) from None
+    except trio.BrokenResourceError as exc:
+        raise CommandError(f"the connection failed: {describe(exc)}") from None
     return results
+
+
+class _Bounded(TrioPerfStream):
+    """A perf stream whose every wait ends with ``trio.TooSlowError`` after ``timeout``
+    seconds of silence (or of a server that stopped reading)."""
+
+    def __init__(self, stream: MplexStream, timeout: float) -> None:
+        super().__init__(stream)
+        self._timeout = timeout
+
+    async def write(self, data: bytes) -> None:
+        with trio.fail_after(self._timeout):
+            await super().write(data)
+
+    async def read(self, max_bytes: int) -> bytes | bytearray:
+        with trio.fail_after(self._timeout):
+            return await super().read(max_bytes)
 
 
 async def _serve_stream(stream: MplexStream) -> None:
@@ -108,6 +139,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--upload-bytes", metavar="BYTES", type=_bytes, help="bytes the client uploads")
     parser.add_argument(
         "--download-bytes", metavar="BYTES", type=_bytes, help="bytes the client asks the server to send back"
+    )
+    parser.add_argument(
+        "--timeout",
+        metavar="SECONDS",
+        type=arguments.positive_seconds,
+        default=10.0,
+        help="seconds the client waits to connect and negotiate, and for any byte during a run",
     )
     parser.add_argument(
         "--libp2p",
