@@ -247,6 +247,8 @@ class Connection:
         if self.config.prime_allocator:
             prime_allocator()
         try:
+            if self.life.running:
+                await self._handshake()
             async with trio.open_nursery() as nursery:
                 self._run_scope = nursery.cancel_scope
                 if self.life.running:
@@ -262,6 +264,28 @@ class Connection:
                 level = logging.DEBUG if self.life.end_reason in _ORDINARY_ENDS else logging.INFO
                 self.log.log(level, "connection ended: %s", describe(self.life.error))
                 self.finished()
+
+    async def _handshake(self) -> None:
+        """The transport's handshake (TLS), before the connection counts as started: a
+        failure raises once, from ``run()`` (and so from ``nursery.start`` or the
+        ``async with``), never to every waiting stream, and never goes unseen by a
+        program that sends and leaves."""
+        timeout = self.config.handshake_timeout
+        error: ConnectionLost | None = None
+        cause: BaseException | None = None
+        try:
+            with trio.fail_after(timeout):
+                await self.transport.prepare()
+        except trio.TooSlowError as exc:
+            error = ConnectionLost(
+                f"the TLS handshake did not finish within {timeout:g} s (Config.handshake_timeout)"
+            )
+            cause = exc
+        except Exception as exc:  # any transport's failure: the connection is lost
+            error, cause = ConnectionLost("the TLS handshake failed"), exc
+        if error is not None:
+            self.end(error, cause)
+            self.life.raise_ended()
 
     def stop_sending(self, error: Ending) -> None:
         """Nothing more may be queued: every send and open raises ``error``."""

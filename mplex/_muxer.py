@@ -134,6 +134,12 @@ class Muxer:
         the reason is logged, kept in ``end_reason`` and ``end_error``, and delivered
         to every stream; it never crashes the caller's nursery.  On cancellation it
         closes the connection and re-raises.
+
+        The transport's handshake (TLS over ``trio.SSLStream``) happens first, before
+        ``run`` counts as started, within ``Config.handshake_timeout``: a failure raises
+        ``ConnectionLost`` (the ``ssl`` error as its cause) from ``nursery.start`` or
+        the ``async with``, once.  So both ends of one TLS connection in one task must
+        be started concurrently, as they would be in two programs.
         """
         require_trio("Muxer.run()")
         if self._started:

@@ -74,11 +74,6 @@ class Reader:
         transport = self._transport
         engine = self._engine
         throttle = self._throttle
-        try:
-            await transport.prepare()
-        except Exception as exc:  # a failed TLS handshake: the connection is lost
-            self._receive_failed(conn, exc)
-            return
         while conn.running:
             if engine.pending:
                 await trio.lowlevel.cancel_shielded_checkpoint()  # the rest, after a yield

@@ -107,7 +107,10 @@ async def _serve_connection(
         return None
     connection = _Connection(muxer, unwrapping)
     async with trio.open_nursery() as nursery:
-        await nursery.start(muxer.run)
+        try:
+            await nursery.start(muxer.run)
+        except ConnectionLost:  # the TLS handshake failed: the muxer logged why
+            return muxer
         if idle_timeout is not None:
             nursery.start_soon(connection.close_when_idle, idle_timeout)
         async with trio.open_nursery() as handlers:

@@ -124,14 +124,25 @@ def tls_contexts() -> tuple[ssl.SSLContext, ssl.SSLContext]:
     return client, server
 
 
-async def tls_streams() -> tuple[trio.SSLStream[trio.abc.Stream], trio.SSLStream[trio.abc.Stream]]:
-    """Both ends of a TLS connection over loopback TCP (the handshake happens on first use)."""
-    a, b = await tcp_streams()
+async def tls_over(
+    a: trio.abc.Stream, b: trio.abc.Stream
+) -> tuple[trio.SSLStream[trio.abc.Stream], trio.SSLStream[trio.abc.Stream]]:
+    """TLS over both ends of one connection (``a`` the client), handshaken together:
+    a muxer does its handshake as it starts, and tests start both ends in one task,
+    where the first would wait for ever for the second."""
     client_context, server_context = tls_contexts()
-    return (
-        trio.SSLStream(a, client_context, server_hostname="127.0.0.1"),
-        trio.SSLStream(b, server_context, server_side=True),
-    )
+    client = trio.SSLStream(a, client_context, server_hostname="127.0.0.1")
+    server = trio.SSLStream(b, server_context, server_side=True)
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(client.do_handshake)
+            nursery.start_soon(server.do_handshake)
+    return client, server
+
+
+async def tls_streams() -> tuple[trio.SSLStream[trio.abc.Stream], trio.SSLStream[trio.abc.Stream]]:
+    """Both ends of a TLS connection over loopback TCP, handshaken (``tls_over``)."""
+    return await tls_over(*await tcp_streams())
 
 
 def tls_transport() -> contextlib.AbstractAsyncContextManager[tuple[trio.abc.Stream, trio.abc.Stream]]:

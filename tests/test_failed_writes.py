@@ -19,7 +19,7 @@ from tests.helpers import (
     memory_transport,
     read_all,
     tcp_streams,
-    tls_contexts,
+    tls_over,
 )
 
 
@@ -43,12 +43,8 @@ async def generic_sockets_with_room() -> Any:
 
 @contextlib.asynccontextmanager
 async def tls_with_room() -> Any:
-    client_context, server_context = tls_contexts()
     async with sockets_with_room() as (a, b):
-        yield (
-            trio.SSLStream(a, client_context, server_hostname="127.0.0.1"),
-            trio.SSLStream(b, server_context, server_side=True),
-        )
+        yield await tls_over(a, b)
 
 
 @contextlib.asynccontextmanager

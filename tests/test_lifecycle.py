@@ -338,13 +338,13 @@ class TestLogging:
                 await server.do_handshake()  # the client refuses it
             await trio.aclose_forcefully(server)
 
+        muxer = mplex.Muxer(untrusting)
         async with trio.open_nursery() as nursery:
             nursery.start_soon(serve)
-            async with mplex.open_muxer(untrusting) as muxer:
-                with trio.fail_after(10):
-                    while not muxer.closed:
-                        await trio.testing.wait_all_tasks_blocked(0.01)
+            with trio.fail_after(10), pytest.raises(mplex.ConnectionLost):
+                async with muxer:
+                    pass
         assert muxer.end_reason is mplex.EndReason.TRANSPORT_FAILED
         [line] = [r.getMessage() for r in caplog.records if "connection ended" in r.getMessage()]
-        assert "the transport failed while receiving: TLS: certificate verify failed (" in line
+        assert "the TLS handshake failed: TLS: certificate verify failed (" in line
         assert "BrokenResourceError" not in line

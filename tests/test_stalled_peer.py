@@ -20,7 +20,7 @@ import trio.testing
 import mplex
 from mplex import Decoder, Flag
 
-from .helpers import PlainStream, tcp_streams, tls_contexts
+from .helpers import PlainStream, tcp_streams, tls_over
 
 #: Small kernel buffers: a peer that reads nothing fills them in a few writes.
 _SOCKET_BUFFER = 4096
@@ -67,12 +67,7 @@ async def _tcp_generic() -> tuple[trio.abc.Stream, trio.abc.Stream]:
 
 
 async def _tls() -> tuple[trio.abc.Stream, trio.abc.Stream]:
-    a, b = await tcp_streams(_SOCKET_BUFFER)
-    client, server = tls_contexts()
-    return (
-        trio.SSLStream(a, client, server_hostname="127.0.0.1"),
-        trio.SSLStream(b, server, server_side=True),
-    )
+    return await tls_over(*await tcp_streams(_SOCKET_BUFFER))
 
 
 STALLING: dict[str, Callable[[], Awaitable[tuple[trio.abc.Stream, trio.abc.Stream]]]] = {

@@ -26,7 +26,8 @@ class Config:
 
     Fields (the comment above each field in the source gives the reason for its default):
 
-    * ``max_message_size``: largest frame body accepted (1 MiB); more closes the connection.
+    * ``max_message_size``: largest frame body accepted (1 MiB, at most 1 GiB); more closes
+      the connection.
     * ``max_send_frame_size``: largest frame body sent (64 KiB); longer writes are split.
     * ``send_high_water``: queued outbound bytes before senders wait (256 KiB).
     * ``max_stream_buffer``: unread bytes per stream before the slow-reader policy (1 MiB).
@@ -40,6 +41,8 @@ class Config:
     * ``max_flush_delay``: longest a frame waits when the program never idles (2 ms).
     * ``close_timeout``: seconds ``aclose()`` may spend flushing, and that the input
       may stay silent after a failed write before the connection ends (5).
+    * ``handshake_timeout``: seconds the transport's handshake (TLS) may take when the
+      muxer starts (15).
     * ``abuse_window``, ``max_unknown_stream_frames``, ``max_refused_streams``,
       ``max_resets_received``, ``max_ignored_frames``: abuse budgets per sliding window
       (10 s; 1,000; 1,000; 10,000; 10,000); going over one closes the connection with
@@ -117,6 +120,12 @@ class Config:
     #: transport anyway (a peer that never reads would otherwise hold it open).
     close_timeout: float = 5.0
 
+    #: Seconds a muxer's start may spend in its transport's handshake (TLS over
+    #: ``trio.SSLStream``): a peer that connects and never starts its handshake must
+    #: not hold a connection, or a ``max_connections`` place, for ever.  go-libp2p's
+    #: upgrader allows 15 s too.  Transports without a handshake skip it.
+    handshake_timeout: float = 15.0
+
     #: Longest stream name, in bytes.  ``open_stream`` refuses a longer one with
     #: ``ValueError`` before anything is taken or sent (names are for debugging only;
     #: libp2p sends the stream number); of a peer's name this much is kept and the rest
@@ -186,9 +195,17 @@ class Config:
             raise ValueError(
                 f"Config.slow_reader_policy must be one of {_POLICIES}, got {self.slow_reader_policy!r}"
             )
+        if self.max_message_size > LARGEST_MESSAGE_SIZE:
+            raise ValueError(
+                f"Config.max_message_size must be at most {LARGEST_MESSAGE_SIZE} (1 GiB): a peer may "
+                f"make us hold one whole body that large; got {self.max_message_size}"
+            )
         if self.max_connection_buffer < self.max_stream_buffer:
             raise ValueError("Config.max_connection_buffer must be >= max_stream_buffer")
 
+
+#: The most ``Config.max_message_size`` may allow.
+LARGEST_MESSAGE_SIZE = 1 << 30
 
 #: Fields that are on/off switches.
 _SWITCHES = frozenset({"socket_fast_path", "prime_allocator"})
