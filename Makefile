@@ -22,7 +22,7 @@ SUITE_DIR := .cache/pylibp2p
 SUITE_STAMP := $(SUITE_DIR)/.installed
 export MPLEX_BENCH_PYLIBP2P_PYTHON := $(abspath $(BENCH_VENV))/bin/python
 
-.PHONY: test test-full test-pythons test-libp2p lint docs bench bench-quick matrices clean
+.PHONY: test test-quick test-full test-pythons test-libp2p lint docs bench bench-quick matrices clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -53,6 +53,11 @@ test: lint docs $(STAMP) $(JS_STAMP) $(BENCH_STAMP)
 	$(BIN)/python -m pytest
 	$(MAKE) test-libp2p
 	$(MAKE) test-pythons
+
+# While iterating: lint and the library's own tests, without the docs, the py-libp2p
+# hosts and the other Pythons (stops at the first failure).
+test-quick: lint $(STAMP) $(JS_STAMP) $(BENCH_STAMP)
+	$(BIN)/python -m pytest -q -x
 
 # mplex.libp2p inside py-libp2p hosts: needs py-libp2p, so it runs in its venv (where a
 # missing py-libp2p, node or npm install fails the run).

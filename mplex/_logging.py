@@ -91,7 +91,7 @@ def describe(error: BaseException | None) -> str:
     if root is error:
         return text
     detail = explain(root)
-    return text if str(root) and str(root) in text else f"{text}: {detail}"
+    return text if (str(root) and str(root) in text) or text.endswith(detail) else f"{text}: {detail}"
 
 
 def explain(exc: BaseException) -> str:

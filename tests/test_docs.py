@@ -26,7 +26,7 @@ def _examples() -> list[tuple[str, str, str]]:
 
 
 def test_the_tutorial_has_its_programs() -> None:
-    assert len([name for name, _, _ in EXAMPLES if name.startswith("tutorial-")]) == 5
+    assert len([name for name, _, _ in EXAMPLES if name.startswith("tutorial-")]) == 6
 
 
 EXAMPLES = _examples()

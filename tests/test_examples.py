@@ -135,6 +135,14 @@ def test_chat_keeps_channels_apart() -> None:
     assert [line for line in lines if line.startswith("#random")] == ["#random: did you see the cat?"]
 
 
+def test_tls_serves_and_names_a_certificate_mismatch() -> None:
+    assert run("tls.py").splitlines() == [
+        "hello over TLS",
+        "the TLS handshake failed: TLS: certificate verify failed (IP address mismatch, certificate is "
+        "not valid for '127.0.0.1'.)",
+    ]
+
+
 def test_request_response_answers_every_request() -> None:
     assert run("request_response.py").splitlines() == [f"request {n} -> REQUEST {n}" for n in range(10)]
 
