@@ -56,6 +56,7 @@ if TYPE_CHECKING:
     from ._select import select_protocol as select_protocol
     from ._serve import IDLE_HANDLER_TASKS as IDLE_HANDLER_TASKS
     from ._serve import LOGGED_HANDLER_ERRORS as LOGGED_HANDLER_ERRORS
+    from ._serve import NEGOTIATION_TIMEOUT as NEGOTIATION_TIMEOUT
     from ._serve import StreamHandler as StreamHandler
     from ._serve import serve_connection as serve_connection
     from ._serve import serve_listeners as serve_listeners
@@ -97,6 +98,7 @@ _HOMES = {
     "select_protocol": "._select",
     "IDLE_HANDLER_TASKS": "._serve",
     "LOGGED_HANDLER_ERRORS": "._serve",
+    "NEGOTIATION_TIMEOUT": "._serve",
     "StreamHandler": "._serve",
     "serve_connection": "._serve",
     "serve_listeners": "._serve",
@@ -115,6 +117,7 @@ __all__ = [
     "MAX_PROTOCOL_MESSAGE_SIZE",
     "MAX_STREAM_ID",
     "MULTISTREAM_PROTOCOL_ID",
+    "NEGOTIATION_TIMEOUT",
     "PROTOCOL_ID",
     "Config",
     "ConnectionLost",
@@ -164,13 +167,19 @@ def __getattr__(name: str) -> Any:
     if home is None:
         raise AttributeError(f"module 'mplex' has no attribute {name!r}")
     importlib.import_module(home, __name__)
-    # Publish every name whose module is loaded by now (the trio layer loads several),
-    # so that an error raised before its name is looked up still shows as mplex's.
-    for other, other_home in _HOMES.items():
-        module = sys.modules.get(__name__ + other_home)
-        if module is not None and other not in globals():
-            _publish(other, getattr(module, other))
+    _publish_loaded()
     return globals()[name]
+
+
+def _publish_loaded() -> None:
+    """Publish every public name whose module is loaded by now (the trio layer loads
+    several), so that an error raised before its name is looked up still shows as
+    mplex's.  The public submodules (``mplex.testing``, ``mplex.libp2p``) call it too:
+    a program that imports only one of them sees ``mplex.StreamReset`` as well."""
+    for name, home in _HOMES.items():
+        module = sys.modules.get(__name__ + home)
+        if module is not None and name not in globals():
+            _publish(name, getattr(module, name))
 
 
 def __dir__() -> list[str]:

@@ -31,6 +31,7 @@ from ._unwrapping import Unwrapping, unwrapped
 __all__ = [
     "IDLE_HANDLER_TASKS",
     "LOGGED_HANDLER_ERRORS",
+    "NEGOTIATION_TIMEOUT",
     "StreamHandler",
     "serve_connection",
     "serve_listeners",
@@ -40,7 +41,8 @@ __all__ = [
 StreamHandler = Callable[[MplexStream], Awaitable[object]]
 """``async def handler(stream: mplex.MplexStream) -> None``: serves one inbound stream."""
 
-#: Seconds a client may take to agree on ``/mplex/6.7.0`` when ``negotiate=True``.
+#: Seconds a client may take to agree on ``/mplex/6.7.0`` when ``serve_*`` is called
+#: with ``negotiate=True`` (``mplex.NEGOTIATION_TIMEOUT``).
 NEGOTIATION_TIMEOUT = 10.0
 
 
@@ -77,7 +79,7 @@ async def serve_connection(
 
     With ``negotiate=True`` it first agrees on ``/mplex/6.7.0`` with multistream-select,
     as libp2p peers do on a raw connection; a peer that fails to within
-    ``NEGOTIATION_TIMEOUT`` seconds is disconnected and None returned.
+    ``mplex.NEGOTIATION_TIMEOUT`` seconds is disconnected and None returned.
 
     A ``handler`` that is not an async function, a ``transport`` that is not a
     ``trio.abc.Stream`` or a ``config`` that is not a ``Config`` raise ``TypeError`` at

@@ -21,6 +21,7 @@ from collections.abc import AsyncIterator
 import trio
 import trio.testing
 
+from . import _publish_loaded
 from ._engine.config import Config
 from ._muxer import Muxer
 
@@ -41,4 +42,14 @@ async def open_muxer_pair(config: Config | None = None) -> AsyncIterator[tuple[M
     """
     left, right = trio.testing.memory_stream_pair()
     async with Muxer(left, config) as first, Muxer(right, config) as second:
-        yield first, second
+        try:
+            yield first, second
+        finally:
+            # Both at once: each then ends as closed by us (EndReason.CLOSED), not as
+            # closed by the other.
+            async with trio.open_nursery() as closing:
+                closing.start_soon(first.aclose)
+                closing.start_soon(second.aclose)
+
+
+_publish_loaded()  # the names the muxer loaded print as mplex.X from the start

@@ -90,6 +90,17 @@ class TestImportsCostNothing:
         )
         assert seen == ["<class 'mplex.StreamReset'>", True]
 
+    def test_a_program_that_imports_only_mplex_testing_sees_mplex_names(self) -> None:
+        seen = _run(
+            "import json, traceback, mplex.testing\n"
+            "import mplex._endings as errors\n"
+            "try:\n"
+            "    raise errors.StreamReset('reset', stream_id=0, by_peer=True)\n"
+            "except Exception as exc:\n"
+            "    print(json.dumps([traceback.format_exception_only(exc)[-1].strip()]))\n"
+        )
+        assert seen == ["mplex.StreamReset: reset"]
+
     def test_an_unknown_name_is_an_attribute_error(self) -> None:
         try:
             mplex.NoSuchName  # type: ignore[attr-defined]  # noqa: B018

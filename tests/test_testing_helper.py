@@ -58,3 +58,14 @@ def _all_tasks() -> list[trio.lowlevel.Task]:
         found.append(task)
         todo.extend(child for nursery in task.child_nurseries for child in nursery.child_tasks)
     return found
+
+
+async def test_both_muxers_end_as_closed_by_the_block() -> None:
+    async with mplex.testing.open_muxer_pair() as (first, second):
+        stream = await first.open_stream()
+        await stream.send_all(b"x")
+        await (await second.accept_stream()).receive_some()
+    assert (first.end_reason, second.end_reason) == (mplex.EndReason.CLOSED, mplex.EndReason.CLOSED)
+    assert isinstance(first.end_error, mplex.MuxerClosed)
+    assert isinstance(second.end_error, mplex.MuxerClosed)
+

@@ -21,6 +21,7 @@ try:
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError("mplex.libp2p needs py-libp2p: pip install 'trio-mplex[libp2p]'") from exc
 
+from .. import _publish_loaded
 from ._conn import MplexMuxedConn as MplexMuxedConn
 from ._conn import muxer_options as muxer_options
 from ._stream import QUEUE_AT_ONCE as QUEUE_AT_ONCE
@@ -29,6 +30,8 @@ from ._stream import MplexMuxedStream as MplexMuxedStream
 from ._stream import StreamResetWhileWriting as StreamResetWhileWriting
 from ._transport import MAX_SECURE_MESSAGE as MAX_SECURE_MESSAGE
 from ._transport import SecuredConnectionStream as SecuredConnectionStream
+
+_publish_loaded()  # the names the muxer loaded print as mplex.X from the start
 
 __all__ = [
     "MAX_SECURE_MESSAGE",
