@@ -179,6 +179,14 @@ class Connection:
 
     def receive_error(self, record: StreamRecord) -> BaseException:
         if record.broken is Broken.PEER_RESET:
+            if record.is_initiator and not record.last_delivery:  # before it sent anything
+                return StreamReset(
+                    f"stream {record.id} was reset by the peer before it sent anything (refused: "
+                    "more streams than the peer allows open at once?)",
+                    stream_id=record.id,
+                    by_peer=True,
+                    refused=True,
+                )
             return StreamReset(f"stream {record.id} was reset by the peer", stream_id=record.id, by_peer=True)
         if record.broken is Broken.POLICY_RESET:
             return StreamReset(

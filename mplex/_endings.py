@@ -35,14 +35,19 @@ class EndReason(enum.Enum):
 class StreamReset(trio.BrokenResourceError, MplexError):
     """The stream was reset: by the peer, or by our slow-reader policy.
 
-    ``by_peer`` tells which.  Data that arrived before the reset is still returned by
-    ``receive_some``; this error comes once it is drained.
+    ``by_peer`` tells which.  ``refused`` is True when the peer reset a stream we
+    opened before sending anything on it: what a peer does to a stream beyond its
+    limits (``max_inbound_streams``, its accept backlog), and what a handler that
+    fails before answering does too (mplex has no error codes).  Such a stream may be
+    opened again later; the connection goes on.  Data that arrived before the reset is
+    still returned by ``receive_some``; this error comes once it is drained.
     """
 
-    def __init__(self, message: str, *, stream_id: int, by_peer: bool) -> None:
+    def __init__(self, message: str, *, stream_id: int, by_peer: bool, refused: bool = False) -> None:
         super().__init__(message)
         self.stream_id = stream_id
         self.by_peer = by_peer
+        self.refused = refused
 
 
 class ConnectionLost(trio.BrokenResourceError, MplexError):
@@ -69,7 +74,7 @@ def fresh_copy(failure: BaseException | None, stream_id: int = -1) -> BaseExcept
     """A fresh copy of a recorded ``failure`` to raise, so that each raise gets its own
     traceback (None, or anything else: the stream was closed here)."""
     if isinstance(failure, StreamReset):
-        return StreamReset(str(failure), stream_id=stream_id, by_peer=failure.by_peer)
+        return StreamReset(str(failure), stream_id=stream_id, by_peer=failure.by_peer, refused=failure.refused)
     if isinstance(failure, ConnectionLost):
         return ConnectionLost(str(failure), reason=failure.reason)
     if isinstance(failure, MuxerClosed):

@@ -15,7 +15,7 @@ import trio.testing
 
 import mplex
 from mplex import Flag
-from tests.helpers import frame, over_every_transport, settle
+from tests.helpers import frame, over_every_transport, read_all, settle
 
 
 def task_count() -> int:
@@ -425,3 +425,61 @@ async def test_silent_stream_holders_cannot_keep_honest_clients_out() -> None:
         for sock in silent:
             await sock.aclose()
         nursery.cancel_scope.cancel()
+
+
+async def test_an_eager_client_keeps_its_connection_and_is_told_which_streams_were_refused() -> None:
+    """3,000 requests at once against a server with default limits (1,024 streams
+    open): the excess is refused stream by stream, each refusal telling the opener so
+    (``StreamReset.refused``), and the requests in flight are answered."""
+    release = trio.Event()
+
+    async def answer(stream: mplex.MplexStream) -> None:
+        await read_all(stream)
+        await release.wait()  # every request arrives before the first is answered
+        await stream.send_all(b"answer")
+
+    served = refused = 0
+
+    async def request(client: mplex.Muxer) -> None:
+        nonlocal served, refused
+        stream = await client.open_stream()
+        try:
+            await stream.send_all(b"request")
+            await stream.send_eof()
+            assert await read_all(stream) == b"answer"
+            served += 1
+        except mplex.StreamReset as exc:
+            assert exc.refused and exc.by_peer, exc
+            refused += 1
+
+    a, b = trio.testing.memory_stream_pair()
+    eager = mplex.Config(max_outbound_streams=3000)
+    with trio.fail_after(60):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(lambda: mplex.serve_connection(answer, a))
+            async with mplex.open_muxer(b, eager) as client:
+                async with trio.open_nursery() as requests:
+                    for _ in range(3000):
+                        requests.start_soon(request, client)
+                    await trio.testing.wait_all_tasks_blocked()
+                    release.set()
+                assert not client.closed
+    assert served >= mplex.Config().max_inbound_streams
+    assert served + refused == 3000
+    assert refused > mplex.Config().max_inbound_streams  # more than the old budget's 1,000 was lost to
+
+
+async def test_a_handlers_reset_after_it_answered_is_not_a_refusal() -> None:
+    async def half_answer(stream: mplex.MplexStream) -> None:
+        await stream.send_all(b"part")
+        stream.reset()
+
+    a, b = trio.testing.memory_stream_pair()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(lambda: mplex.serve_connection(half_answer, a))
+        async with mplex.open_muxer(b) as client:
+            stream = await client.open_stream()
+            await stream.send_all(b"request")
+            with pytest.raises(mplex.StreamReset) as caught:
+                await read_all(stream)
+            assert not caught.value.refused

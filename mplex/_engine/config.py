@@ -45,7 +45,7 @@ class Config:
       muxer starts (15).
     * ``abuse_window``, ``max_unknown_stream_frames``, ``max_refused_streams``,
       ``max_resets_received``, ``max_ignored_frames``: abuse budgets per sliding window
-      (10 s; 1,000; 1,000; 10,000; 10,000); going over one closes the connection with
+      (10 s; 1,000; 10,000; 10,000; 10,000); going over one closes the connection with
       a ``ProtocolError``.  Frames for finished streams count as ignored frames.
     * ``frames_per_yield``: frames the reader dispatches before it yields (1024).
     * ``socket_fast_path``: drive a ``trio.SocketStream``'s descriptor directly (True).
@@ -147,8 +147,12 @@ class Config:
     max_unknown_stream_frames: int = 1_000
 
     #: NewStream frames refused because a stream limit or the accept backlog was full.
-    #: Bursts happen; a peer that keeps opening what it is told to reset is a storm.
-    max_refused_streams: int = 1_000
+    #: An honest but eager peer opens a burst beyond our limits before the first Reset
+    #: reaches it (3,000 requests at once against the 1,024 streams allowed refuse
+    #: about 2,000): each refusal costs us one Reset frame, so such a burst must not
+    #: take the requests already in flight down with the connection.  Ten times the
+    #: stream limit still ends a peer that keeps opening what it is told to reset.
+    max_refused_streams: int = 10_000
 
     #: Resets from the peer.  Resets are ordinary (every cancelled request sends one),
     #: so the budget is high: it only stops open-and-reset storms.
