@@ -74,7 +74,9 @@ def fresh_copy(failure: BaseException | None, stream_id: int = -1) -> BaseExcept
     """A fresh copy of a recorded ``failure`` to raise, so that each raise gets its own
     traceback (None, or anything else: the stream was closed here)."""
     if isinstance(failure, StreamReset):
-        return StreamReset(str(failure), stream_id=stream_id, by_peer=failure.by_peer, refused=failure.refused)
+        return StreamReset(
+            str(failure), stream_id=stream_id, by_peer=failure.by_peer, refused=failure.refused
+        )
     if isinstance(failure, ConnectionLost):
         return ConnectionLost(str(failure), reason=failure.reason)
     if isinstance(failure, MuxerClosed):

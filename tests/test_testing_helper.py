@@ -68,4 +68,3 @@ async def test_both_muxers_end_as_closed_by_the_block() -> None:
     assert (first.end_reason, second.end_reason) == (mplex.EndReason.CLOSED, mplex.EndReason.CLOSED)
     assert isinstance(first.end_error, mplex.MuxerClosed)
     assert isinstance(second.end_error, mplex.MuxerClosed)
-
