@@ -9,9 +9,13 @@ python examples/libp2p_host.py MULTIADDR    # a host that dials one and echoes
 
 import sys
 
-import multiaddr
 import trio
-from libp2p import new_host
+
+try:
+    import multiaddr
+    from libp2p import new_host
+except ImportError:
+    sys.exit("this example runs py-libp2p hosts: pip install 'trio-mplex[libp2p]'")
 from libp2p.crypto.secp256k1 import create_new_key_pair
 from libp2p.crypto.x25519 import create_new_key_pair as create_noise_key_pair
 from libp2p.custom_types import TProtocol

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import os
 import pathlib
@@ -15,6 +16,7 @@ from collections.abc import Iterator
 import pytest
 
 from mplex import MULTISTREAM_PROTOCOL_ID, PROTOCOL_ID, Encoder, Flag
+from mplex._cli import output
 from mplex._engine.multistream import encode_message
 
 MPLEX = [sys.executable, "-m", "mplex"]
@@ -274,9 +276,10 @@ class TestServeAndDial:
         assert result.returncode == 1
         assert result.stdout == ""
         [line] = result.stderr.strip().splitlines()
-        assert line.startswith("mplex dial: 2 of 2 streams failed; the first: stream ")
-        hint = "(if the peer speaks multistream-select first, as libp2p peers do, add --negotiate)"
-        assert line.endswith(hint)
+        assert (
+            line
+            == "mplex dial: the peer speaks multistream-select first, as libp2p peers do: add --negotiate"
+        )
 
     def test_the_payload_is_streamed_so_memory_stays_bounded(self) -> None:
         # 20 streams x 10 MB each way: made up front, the payload alone would be 200 MB.
@@ -496,3 +499,70 @@ class TestJsonAlways:
                 assert isinstance(value, float) and float(shown[key]) >= 0, key
             else:
                 assert isinstance(value, bool | int) and str(value) == shown[key], key
+
+
+class TestWhatThePeerSent:
+    """``--capture FILE`` keeps what the peer sent, in the format ``decode`` reads, and
+    a peer that is not mplex at all is named for what it speaks."""
+
+    def test_dial_and_serve_capture_what_they_received(self, tmp_path: pathlib.Path) -> None:
+        with served("echo", "--capture", str(tmp_path / "server")) as port:
+            result = run(
+                "dial",
+                "127.0.0.1",
+                port,
+                "--streams",
+                "2",
+                "--size",
+                "10",
+                "--capture",
+                str(tmp_path / "dial"),
+            )
+            assert result.returncode == 0, result.stderr
+        from_client = run("decode", "--plain", str(tmp_path / "server.1"))
+        assert from_client.stdout.splitlines()[0] == "6 frames in 44 bytes"  # 2 opens, 2 messages, 2 closes
+        from_server = run("decode", "--plain", str(tmp_path / "dial"))
+        assert from_server.stdout.splitlines()[0] == "4 frames in 28 bytes"  # 2 echoes, 2 closes
+
+    def test_dialling_a_text_protocol_says_the_peer_does_not_speak_mplex(self) -> None:
+        server = subprocess.Popen([sys.executable, "-c", HTTP_SERVER], stdout=subprocess.PIPE, text=True)
+        try:
+            assert server.stdout is not None
+            port = server.stdout.readline().strip()
+            result = run("dial", "127.0.0.1", port, "--streams", "2")
+        finally:
+            server.kill()
+            server.wait(timeout=10)
+            assert server.stdout is not None
+            server.stdout.close()
+        assert result.returncode == 1
+        assert result.stderr.strip() == (
+            "mplex dial: the peer does not speak mplex (it speaks a text protocol: it sent "
+            "b'HTTP/1.1 400 Bad Request')"
+        )
+
+
+#: An HTTP server that answers anything with 400 (on 127.0.0.1; prints its port).
+HTTP_SERVER = """
+import socket
+listener = socket.create_server(("127.0.0.1", 0))
+print(listener.getsockname()[1], flush=True)
+while True:
+    conn, _ = listener.accept()
+    conn.recv(65536)
+    conn.sendall(b"HTTP/1.1 400 Bad Request\\r\\nContent-Length: 0\\r\\n\\r\\n")
+    conn.close()
+"""
+
+
+def test_a_rich_table_without_headers_has_no_empty_header_row(monkeypatch: pytest.MonkeyPatch) -> None:
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    screen = Terminal()
+    monkeypatch.setattr(sys, "stdout", screen)
+    output.print_table("report", ["", ""], [["streams", "2"]], plain=False)
+    lines = screen.getvalue().splitlines()
+    top = next(i for i, line in enumerate(lines) if line.startswith(("┌", "┏", "╭")))
+    assert "streams" in lines[top + 1]

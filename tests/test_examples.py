@@ -162,3 +162,18 @@ def test_testing_a_protocol_runs_its_tests() -> None:
         "test_a_known_key_gets_its_value: passed",
         "test_an_unknown_key_gets_a_reset: passed",
     ]
+
+
+def test_the_libp2p_example_without_the_extra_says_which_to_install() -> None:
+    # Without py-libp2p (hidden from the import system here, whatever is installed).
+    hidden = (
+        "import runpy, sys\n"
+        "sys.modules['multiaddr'] = None\n"
+        "sys.modules['libp2p'] = None\n"
+        f"runpy.run_path({str(EXAMPLES / 'libp2p_host.py')!r}, run_name='__main__')"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", hidden], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 1
+    assert done.stderr.strip() == "this example runs py-libp2p hosts: pip install 'trio-mplex[libp2p]'"

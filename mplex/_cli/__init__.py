@@ -21,6 +21,7 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from .. import __version__
 from .._engine.wire import PROTOCOL_ID
@@ -125,6 +126,12 @@ def parser() -> argparse.ArgumentParser:
         help="bytes per stream in source mode",
     )
     p.add_argument("--negotiate", action="store_true", help=_NEGOTIATE_HELP)
+    p.add_argument(
+        "--capture",
+        metavar="FILE",
+        type=Path,
+        help="write what each client sends to FILE.1, FILE.2, ... (one per connection), for `mplex decode`",
+    )
     p.set_defaults(run=serve_command)
 
     p = command("dial", "open streams to an mplex peer, send, read back, report")
@@ -155,6 +162,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="one JSON object instead of a table")
     p.add_argument("--plain", action="store_true", help="plain text even on a terminal")
     p.add_argument("--negotiate", action="store_true", help=_NEGOTIATE_HELP)
+    p.add_argument(
+        "--capture",
+        metavar="FILE",
+        type=Path,
+        help="write every byte the peer sends to FILE, for `mplex decode FILE`",
+    )
     p.set_defaults(run=dial_command)
 
     p = command("perf", "the libp2p perf protocol (/perf/1.0.0): client or server")

@@ -19,6 +19,7 @@ from .._logging import describe
 from .._muxer import Muxer, open_muxer
 from .._select import select_protocol
 from .._stream import MplexStream
+from .capture import CapturingStream, not_mplex
 from .errors import CommandError
 from .output import print_table
 
@@ -138,7 +139,7 @@ async def _dial(args: argparse.Namespace) -> Report:
     block = random.Random(args.seed).randbytes(CHUNK)
     start = time.perf_counter()
     with trio.move_on_after(args.timeout) as overall:
-        transport = await _connect(args)
+        transport = CapturingStream(await _connect(args), args.capture)
         async with open_muxer(transport) as muxer, trio.open_nursery() as nursery:
             for index in range(args.streams):
                 nursery.start_soon(_one_stream, muxer, Payload(block, index, args.size), args.verify, report)
@@ -157,6 +158,8 @@ async def _dial(args: argparse.Namespace) -> Report:
         # Nothing at all came back: a peer that wants multistream-select first hangs up.
         if report.bytes_received == 0 and not args.negotiate:
             report.failure += f" ({_NEGOTIATE_HINT})"
+    if report.failure is not None and (why := not_mplex(transport.first)) is not None:
+        report.failure = why
     elif report.mismatches:
         report.failure = (
             f"{report.mismatches} of {args.streams} streams did not echo what they sent "

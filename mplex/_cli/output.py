@@ -27,7 +27,7 @@ def print_table(title: str, headers: Sequence[str], rows: Sequence[Sequence[str]
     except ImportError:
         _print_plain(title, headers, rows)
         return
-    table = Table(title=title or None)
+    table = Table(title=title or None, show_header=any(headers))  # no empty header row
     for header in headers:
         table.add_column(header)
     for row in rows:

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import argparse
+import itertools
 import signal
 from functools import partial
+from typing import Any
 
 import trio
 
 from .._serve import serve_listeners
 from .._stream import MplexStream
+from .capture import CapturingListener
 from .errors import CommandError
 
 __all__ = ["serve_command"]
@@ -27,10 +30,14 @@ async def _serve(args: argparse.Namespace) -> int:
     except OSError as exc:
         raise CommandError(f"cannot listen on {args.host}:{args.port}: {exc.strerror}") from None
     host, port = listeners[0].socket.getsockname()[:2]
+    served: list[trio.abc.Listener[Any]] = list(listeners)
+    if args.capture is not None:
+        numbers = itertools.count(1)
+        served = [CapturingListener(listener, args.capture, numbers) for listener in listeners]
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async with trio.open_nursery() as nursery:
             handler = partial(_handle_stream, mode=args.mode, size=args.size)
-            nursery.start_soon(partial(serve_listeners, handler, listeners, negotiate=args.negotiate))
+            nursery.start_soon(partial(serve_listeners, handler, served, negotiate=args.negotiate))
             print(f"mplex: serving {args.mode} on {host}:{port}", flush=True)
             async for number in signals:  # Ctrl-C or SIGTERM: stop serving, exit quietly
                 nursery.cancel_scope.cancel()
