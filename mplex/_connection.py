@@ -313,9 +313,9 @@ class Connection:
         failure is the reason, whatever ends the connection afterwards (the program's
         ``aclose``, say): code that reconnects or scores peers on ``end_reason`` must
         not read a broken transport as a clean close."""
-        failed_write = self.life.send_error
-        if isinstance(failed_write, ConnectionLost) and not isinstance(error, ConnectionLost):
-            error, cause = ConnectionLost(str(failed_write)), failed_write.__cause__
+        failed = self.life.write_failure
+        if failed is not None and not isinstance(error, ConnectionLost):
+            error, cause = ConnectionLost(str(failed)), failed.__cause__
         if not self.life.end(error, cause=cause, final_state=final_state):
             return
         self.running = False
@@ -332,10 +332,12 @@ class Connection:
         """A write failed: end the send side; the receive side lingers (``Reader.linger``)."""
         error = ConnectionLost("the transport failed while sending")
         error.__cause__ = cause
+        if self.life.write_failure is None:
+            self.life.write_failure = error
         self.stop_sending(error)
         self.outbox.clear()
-        assert self.life.send_error is not None  # ours, or aclose()'s if it came first
-        await self.reader.linger(self, self.life.send_error)
+        self.writer.wake_senders()  # aclose's flush waits for a queue that is gone now
+        await self.reader.linger(self, self.life.write_failure)
 
     async def close_transport(self) -> None:
         """Close the transport at once.  Its own failure to close (a peer that already

@@ -26,7 +26,7 @@ _RUNNING = ConnectionState.OK
 class Lifecycle:
     """The end-state of one connection."""
 
-    __slots__ = ("error", "send_error", "state")
+    __slots__ = ("error", "send_error", "state", "write_failure")
 
     def __init__(self) -> None:
         #: ``OK`` while the connection runs, then ``BROKEN`` or ``CLOSED``.
@@ -35,6 +35,9 @@ class Lifecycle:
         self.error: Ending | None = None
         #: Why nothing more may be queued; None while sends are accepted.
         self.send_error: Ending | None = None
+        #: The first failed write to the transport, whenever it came (even during
+        #: ``aclose``'s flush, after sends had stopped): the connection's end reason.
+        self.write_failure: ConnectionLost | None = None
 
     @property
     def end_reason(self) -> EndReason | None:

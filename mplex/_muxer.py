@@ -156,7 +156,9 @@ class Muxer:
         cannot keep it open.  What was queued before is flushed for at most
         ``Config.close_timeout`` seconds; then the transport is closed and streams
         still open get ``MuxerClosed``.  Closes even when cancelled (skipping the
-        flush).  Idempotent.
+        flush).  Idempotent.  If a write fails during that flush, what was queued is
+        lost: ``end_reason`` then says ``TRANSPORT_FAILED`` and ``end_error`` has the
+        transport's error as its cause (check them where the last bytes matter).
         """
         connection = self._connection
         life = connection.life

@@ -197,3 +197,38 @@ async def test_a_failed_write_stays_the_end_reason_when_the_program_closes_after
     assert muxer.end_error.__cause__ is failure
     with pytest.raises(mplex.ConnectionLost):  # the stream says the same
         await stream.receive_some()
+
+
+class TestALastFlushThatFails:
+    """What the block queued last and the closing flush could not write is not reported
+    as a clean close: the end reason is the failed write, and closing is prompt."""
+
+    @staticmethod
+    async def started(transport: FailingStream, peer: RawPeer, muxer: mplex.Muxer) -> mplex.MplexStream:
+        stream = await muxer.open_stream()
+        assert len(await peer.receive_frames(1)) == 1
+        transport.failure = OSError("the wire is cut")
+        stream.send_nowait(b"the last words")  # queued; the writer has not run yet
+        return stream
+
+    async def test_leaving_the_block_records_it_as_the_end_reason(self) -> None:
+        a, b = trio.testing.memory_stream_pair()
+        transport, peer = FailingStream(a), RawPeer(b)
+        # Promptly: the flush stops waiting once the failed write dropped the queue
+        # (not after Config.close_timeout, 5 s).
+        with trio.fail_after(1):
+            async with mplex.open_muxer(transport) as muxer:
+                await self.started(transport, peer, muxer)
+        assert muxer.end_reason is mplex.EndReason.TRANSPORT_FAILED
+        assert isinstance(muxer.end_error, mplex.ConnectionLost)
+        assert muxer.end_error.__cause__ is transport.failure
+
+    async def test_the_blocks_own_error_comes_first(self) -> None:
+        a, b = trio.testing.memory_stream_pair()
+        transport, peer = FailingStream(a), RawPeer(b)
+        with pytest.raises(KeyError):
+            async with mplex.open_muxer(transport) as muxer:
+                await self.started(transport, peer, muxer)
+                raise KeyError("the block's own")
+        assert isinstance(muxer.end_error, mplex.ConnectionLost)
+        assert muxer.end_error.__cause__ is transport.failure
