@@ -94,3 +94,18 @@ def test_vs_first_compares_time_per_byte_only_between_rows_that_move_bytes() -> 
     }
     ratios = {row[1]: row[3] for row in rows([case])}
     assert ratios == {"ours": "", "theirs, a tenth": "10.00x", "checkpoints": "2.00x"}
+
+
+def test_a_missed_target_points_at_where_it_is_explained() -> None:
+    from benchmarks.explanations import COMMENTARY
+    from mplex._bench import report
+    from mplex._bench.cases import Case, Run
+
+    case = Case("fairness", "", [Run("mplex", "mplex", {})])
+    case.results = {"mplex": [{"p99_us": 9000.0}]}  # 9 ms, over the 5 ms limit
+    text = report.targets_text([case], COMMENTARY)
+    assert text.splitlines()[0].endswith("MISSED")
+    assert "1 target(s) MISSED in this run" in text
+    assert "benchmarks/RESULTS.md says why each is missed" in text
+    case.results = {"mplex": [{"p99_us": 900.0}]}
+    assert "MISSED" not in report.targets_text([case], COMMENTARY)

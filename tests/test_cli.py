@@ -12,6 +12,7 @@ import socket
 import subprocess
 import sys
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -566,3 +567,18 @@ def test_a_rich_table_without_headers_has_no_empty_header_row(monkeypatch: pytes
     lines = screen.getvalue().splitlines()
     top = next(i for i, line in enumerate(lines) if line.startswith(("┌", "┏", "╭")))
     assert "streams" in lines[top + 1]
+
+
+async def test_a_long_dial_shows_its_progress_on_a_terminal(mock_clock: Any) -> None:
+    import trio
+
+    from mplex._cli.dial import Report, show_progress
+
+    mock_clock.autojump_threshold = 0
+    screen = io.StringIO()
+    report = Report(streams=1, bytes_sent=1500, bytes_received=700)
+    with trio.move_on_after(2.5):
+        await show_progress(report, 3000, screen)
+    lines = screen.getvalue().split("\r")
+    assert lines[1:3] == ["sent 1,500 of 3,000 bytes, received 700"] * 2
+    assert lines[-1] == "" and lines[-2].strip() == ""  # cleared at the end

@@ -320,14 +320,24 @@ def evaluate(suite: Sequence[CaseLike]) -> list[tuple[str, str, str, str]]:
     return out
 
 
-def targets_text(suite: Sequence[CaseLike]) -> str:
-    """The targets this run measured; a count of those it could not."""
+def targets_text(suite: Sequence[CaseLike], commentary: Commentary | None = None) -> str:
+    """The targets this run measured; a count of those it could not; where a missed
+    target's explanation is to be read."""
     every = evaluate(suite)
     rows = [r for r in every if r[1] != "not measured"]
     width = max((len(r[0]) for r in rows), default=0)
     lines = [f"{d.ljust(width)}  {m:>12}  {lim:>12}  {v}" for d, m, lim, v in rows]
     if len(rows) < len(every):
         lines.append(f"({len(every) - len(rows)} more targets need cases or baselines not run here)")
+    missed = [r[0] for r in rows if r[3] == "MISSED"]
+    if missed:
+        explained = sum(1 for d in missed if commentary is not None and d in commentary.explanations)
+        lines.append(
+            f"\n{len(missed)} target(s) MISSED in this run ({explained} with an explanation): "
+            "benchmarks/RESULTS.md says why each is missed, under 'Why the missed targets are "
+            "missed' (from benchmarks/explanations.py; --write-results renders this run there). "
+            "The run itself succeeded: a missed target is a finding, not a failure of the command."
+        )
     return "\n".join(lines)
 
 

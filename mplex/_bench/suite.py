@@ -165,7 +165,7 @@ def main(argv: list[str] | None = None, commentary: Commentary | None = None) ->
     if args.quick:
         print("\nTargets: not judged (--quick sizes are too small to say anything about speed)")
     else:
-        print("\nTargets:\n" + targets_text(suite))
+        print("\nTargets:\n" + targets_text(suite, commentary))
     for note in notes:
         print(note)
     print(f"\n{runs} run(s) per implementation, medians; {time.monotonic() - started:.0f} s in all.")

@@ -10,6 +10,7 @@ import sys
 import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
+from typing import TextIO
 
 import trio
 
@@ -23,7 +24,7 @@ from .capture import CapturingStream, not_mplex
 from .errors import CommandError
 from .output import print_table
 
-__all__ = ["CHUNK", "Payload", "dial_command"]
+__all__ = ["CHUNK", "PROGRESS_EVERY", "Payload", "connect", "dial_command", "show_progress"]
 
 #: Bytes per send, and the period of the generated payload.
 CHUNK = 65536
@@ -140,9 +141,15 @@ async def _dial(args: argparse.Namespace) -> Report:
     start = time.perf_counter()
     with trio.move_on_after(args.timeout) as overall:
         transport = CapturingStream(await _connect(args), args.capture)
-        async with open_muxer(transport) as muxer, trio.open_nursery() as nursery:
-            for index in range(args.streams):
-                nursery.start_soon(_one_stream, muxer, Payload(block, index, args.size), args.verify, report)
+        async with open_muxer(transport) as muxer, trio.open_nursery() as watching:
+            if sys.stderr.isatty() and not args.json:
+                watching.start_soon(show_progress, report, args.size * args.streams, sys.stderr)
+            async with trio.open_nursery() as nursery:
+                for index in range(args.streams):
+                    nursery.start_soon(
+                        _one_stream, muxer, Payload(block, index, args.size), args.verify, report
+                    )
+            watching.cancel_scope.cancel()
     report.seconds = time.perf_counter() - start
     moved = report.bytes_sent + report.bytes_received
     report.mb_per_s_both_directions = moved / report.seconds / 1e6 if report.seconds else 0.0
@@ -167,6 +174,26 @@ async def _dial(args: argparse.Namespace) -> Report:
             + (": the peer sent nothing back; is it an echo server?)" if report.bytes_received == 0 else ")")
         )
     return report
+
+
+async def show_progress(report: Report, total: int, out: TextIO) -> None:
+    """Every second, one line on ``out`` (a terminal) saying how far the dial is, written
+    over the last; the line is cleared when the dial ends (this task is cancelled)."""
+    shown = ""
+    try:
+        while True:
+            await trio.sleep(PROGRESS_EVERY)
+            shown = f"sent {report.bytes_sent:,} of {total:,} bytes, received {report.bytes_received:,}"
+            out.write("\r" + shown)
+            out.flush()
+    finally:
+        if shown:
+            out.write("\r" + " " * len(shown) + "\r")
+            out.flush()
+
+
+#: Seconds between two progress lines of a long dial.
+PROGRESS_EVERY = 1.0
 
 
 async def _connect(args: argparse.Namespace) -> trio.SocketStream:
