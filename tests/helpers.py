@@ -114,11 +114,12 @@ async def tcp_generic_transport() -> AsyncIterator[tuple[trio.abc.Stream, trio.a
 
 
 @functools.cache
-def tls_contexts() -> tuple[ssl.SSLContext, ssl.SSLContext]:
-    """(client, server) contexts for TLS over 127.0.0.1, with a throwaway test CA."""
+def tls_contexts(name: str = "127.0.0.1") -> tuple[ssl.SSLContext, ssl.SSLContext]:
+    """(client, server) contexts with a throwaway test CA, the server's certificate
+    issued for ``name`` (the address the tests dial, unless a test wants a mismatch)."""
     ca = trustme.CA()
     server = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    ca.issue_cert("127.0.0.1").configure_cert(server)
+    ca.issue_cert(name).configure_cert(server)
     client = ssl.create_default_context()
     ca.configure_trust(client)
     return client, server

@@ -108,29 +108,39 @@ class Leaving:
             self.done.set()
 
 
-async def test_a_handlers_keyboard_interrupt_leaves_serve_connection_as_itself() -> None:
+async def left_serve_connection(handler: Callable[[mplex.MplexStream], Any]) -> BaseException | None:
+    """What left ``serve_connection`` once a client opened one stream for ``handler``."""
     a, b = trio.testing.memory_stream_pair()
     leaving = Leaving()
     async with trio.open_nursery() as nursery, mplex.open_muxer(b) as client:
-        nursery.start_soon(leaving.run, mplex.serve_connection, _raise_keyboard_interrupt, a)
+        nursery.start_soon(leaving.run, mplex.serve_connection, handler, a)
         await client.open_stream()
         with trio.fail_after(10):
             await leaving.done.wait()
-    assert type(leaving.exception) is KeyboardInterrupt, repr(leaving.exception)
+    return leaving.exception
 
 
-async def test_a_handlers_keyboard_interrupt_leaves_serve_tcp_as_itself() -> None:
+async def left_serve_tcp(handler: Callable[[mplex.MplexStream], Any]) -> BaseException | None:
+    """What left ``serve_tcp`` once a client opened one stream for ``handler``."""
     leaving = Leaving()
     async with trio.open_nursery() as nursery:
-        listeners = await nursery.start(
-            partial(leaving.run, mplex.serve_tcp, _raise_keyboard_interrupt, 0, host="127.0.0.1")
-        )
+        listeners = await nursery.start(partial(leaving.run, mplex.serve_tcp, handler, 0, host="127.0.0.1"))
         port = listeners[0].socket.getsockname()[1]
         async with mplex.open_muxer(await trio.open_tcp_stream("127.0.0.1", port)) as client:
             await client.open_stream()
             with trio.fail_after(10):
                 await leaving.done.wait()
-    assert type(leaving.exception) is KeyboardInterrupt, repr(leaving.exception)
+    return leaving.exception
+
+
+SERVING = {"serve_connection": left_serve_connection, "serve_tcp": left_serve_tcp}
+over_both_servers = pytest.mark.parametrize("left", list(SERVING.values()), ids=list(SERVING))
+
+
+@over_both_servers
+async def test_a_handlers_keyboard_interrupt_leaves_serving_as_itself(left: Callable[..., Any]) -> None:
+    exception = await left(_raise_keyboard_interrupt)
+    assert type(exception) is KeyboardInterrupt, repr(exception)
 
 
 async def test_serve_tcp_cancelled_returns_quietly() -> None:
@@ -198,35 +208,11 @@ class TestTheProgramsOwnGroupsStayWhole:
             seen.append(group)
         assert [g.message for g in seen] == ["mine"]
 
-    async def test_a_handlers_own_base_group_leaves_serve_connection_whole(self) -> None:
+    @over_both_servers
+    async def test_a_handlers_own_base_group_leaves_serving_whole(self, left: Callable[..., Any]) -> None:
         group = BaseExceptionGroup("the handler's own", [KeyboardInterrupt()])
 
         async def handler(stream: mplex.MplexStream) -> None:
             raise group
 
-        a, b = trio.testing.memory_stream_pair()
-        leaving = Leaving()
-        async with trio.open_nursery() as nursery, mplex.open_muxer(b) as client:
-            nursery.start_soon(leaving.run, mplex.serve_connection, handler, a)
-            await client.open_stream()
-            with trio.fail_after(10):
-                await leaving.done.wait()
-        assert leaving.exception is group
-
-    async def test_a_handlers_own_base_group_leaves_serve_tcp_whole(self) -> None:
-        group = BaseExceptionGroup("the handler's own", [KeyboardInterrupt()])
-
-        async def handler(stream: mplex.MplexStream) -> None:
-            raise group
-
-        leaving = Leaving()
-        async with trio.open_nursery() as nursery:
-            listeners = await nursery.start(
-                partial(leaving.run, mplex.serve_tcp, handler, 0, host="127.0.0.1")
-            )
-            port = listeners[0].socket.getsockname()[1]
-            async with mplex.open_muxer(await trio.open_tcp_stream("127.0.0.1", port)) as client:
-                await client.open_stream()
-                with trio.fail_after(10):
-                    await leaving.done.wait()
-        assert leaving.exception is group
+        assert await left(handler) is group

@@ -157,14 +157,21 @@ class FailingStream(PlainStream):
         await self.inner.send_all(data)
 
 
-async def test_a_failed_write_ends_the_send_side_with_its_cause() -> None:
+@contextlib.asynccontextmanager
+async def failing(failure: Exception) -> AsyncIterator[tuple[FailingStream, mplex.Muxer, mplex.MplexStream]]:
+    """A muxer over a transport whose writes fail with ``failure`` once its stream's
+    NewStream has left: (the transport, the muxer, the stream)."""
     a, b = trio.testing.memory_stream_pair()
     transport = FailingStream(a)
-    peer = RawPeer(b)
     async with mplex.open_muxer(transport) as muxer:
         stream = await muxer.open_stream()
-        assert len(await peer.receive_frames(1)) == 1
-        transport.failure = OSError("the wire is cut")
+        assert len(await RawPeer(b).receive_frames(1)) == 1
+        transport.failure = failure
+        yield transport, muxer, stream
+
+
+async def test_a_failed_write_ends_the_send_side_with_its_cause() -> None:
+    async with failing(OSError("the wire is cut")) as (transport, muxer, stream):
         await stream.send_all(b"lost")  # queued, and written by the writer: it fails
         await trio.testing.wait_all_tasks_blocked()
         with pytest.raises(mplex.ConnectionLost) as info:
@@ -180,13 +187,7 @@ async def test_a_failed_write_stays_the_end_reason_when_the_program_closes_after
 ) -> None:
     """Leaving the block right after a write failed (before the input ended) still
     reports the broken transport, not a clean local close."""
-    a, b = trio.testing.memory_stream_pair()
-    transport = FailingStream(a)
-    peer = RawPeer(b)
-    async with mplex.open_muxer(transport) as muxer:
-        stream = await muxer.open_stream()
-        assert len(await peer.receive_frames(1)) == 1
-        transport.failure = failure
+    async with failing(failure) as (_, muxer, stream):
         await stream.send_all(b"lost")
         await trio.testing.wait_all_tasks_blocked()
         with pytest.raises(mplex.ConnectionLost):
@@ -203,32 +204,20 @@ class TestALastFlushThatFails:
     """What the block queued last and the closing flush could not write is not reported
     as a clean close: the end reason is the failed write, and closing is prompt."""
 
-    @staticmethod
-    async def started(transport: FailingStream, peer: RawPeer, muxer: mplex.Muxer) -> mplex.MplexStream:
-        stream = await muxer.open_stream()
-        assert len(await peer.receive_frames(1)) == 1
-        transport.failure = OSError("the wire is cut")
-        stream.send_nowait(b"the last words")  # queued; the writer has not run yet
-        return stream
-
     async def test_leaving_the_block_records_it_as_the_end_reason(self) -> None:
-        a, b = trio.testing.memory_stream_pair()
-        transport, peer = FailingStream(a), RawPeer(b)
         # Promptly: the flush stops waiting once the failed write dropped the queue
         # (not after Config.close_timeout, 5 s).
         with trio.fail_after(1):
-            async with mplex.open_muxer(transport) as muxer:
-                await self.started(transport, peer, muxer)
+            async with failing(OSError("the wire is cut")) as (transport, muxer, stream):
+                stream.send_nowait(b"the last words")  # queued; the writer has not run yet
         assert muxer.end_reason is mplex.EndReason.TRANSPORT_FAILED
         assert isinstance(muxer.end_error, mplex.ConnectionLost)
         assert muxer.end_error.__cause__ is transport.failure
 
     async def test_the_blocks_own_error_comes_first(self) -> None:
-        a, b = trio.testing.memory_stream_pair()
-        transport, peer = FailingStream(a), RawPeer(b)
         with pytest.raises(KeyError):
-            async with mplex.open_muxer(transport) as muxer:
-                await self.started(transport, peer, muxer)
+            async with failing(OSError("the wire is cut")) as (transport, muxer, stream):
+                stream.send_nowait(b"the last words")
                 raise KeyError("the block's own")
         assert isinstance(muxer.end_error, mplex.ConnectionLost)
         assert muxer.end_error.__cause__ is transport.failure

@@ -11,7 +11,6 @@ import ssl
 import pytest
 import trio
 import trio.testing
-import trustme
 
 import mplex
 from tests.helpers import read_all, tcp_streams, tls_contexts
@@ -19,12 +18,7 @@ from tests.helpers import read_all, tcp_streams, tls_contexts
 
 def localhost_only() -> tuple[ssl.SSLContext, ssl.SSLContext]:
     """(client, server) contexts whose certificate names ``localhost`` only."""
-    ca = trustme.CA()
-    server = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    ca.issue_cert("localhost").configure_cert(server)
-    client = ssl.create_default_context()
-    ca.configure_trust(client)
-    return client, server
+    return tls_contexts("localhost")
 
 
 async def serve_tls(server: trio.SSLStream[trio.abc.Stream], received: list[bytes]) -> None:
