@@ -174,6 +174,7 @@ class Connection:
             return self.receive_error(record)
         send_error = self.engine.send_error
         if isinstance(send_error, ConnectionLost | MuxerClosed):
+            self.life.reported = True
             return _chained(fresh_copy(send_error, record.id), send_error.__cause__)
         return trio.ClosedResourceError("send_eof() was called on this stream")
 
@@ -196,6 +197,7 @@ class Connection:
                 by_peer=False,
             )
         error = self.life.error
+        self.life.reported = True
         return _chained(fresh_copy(error, record.id), error.__cause__ if error is not None else None)
 
     # -- what the program asks ----------------------------------------------------------------
@@ -328,12 +330,14 @@ class Connection:
         if self._run_scope is not None:
             self._run_scope.cancel()
 
-    async def _write_failed(self, cause: Exception) -> None:
-        """A write failed: end the send side; the receive side lingers (``Reader.linger``)."""
+    async def _write_failed(self, cause: Exception, lost_data: bool) -> None:
+        """A write failed (``lost_data``: Message frames were lost with it): end the send
+        side; the receive side lingers (``Reader.linger``)."""
         error = ConnectionLost("the transport failed while sending")
         error.__cause__ = cause
         if self.life.write_failure is None:
             self.life.write_failure = error
+            self.life.lost_data = lost_data
         self.stop_sending(error)
         self.outbox.clear()
         self.writer.wake_senders()  # aclose's flush waits for a queue that is gone now

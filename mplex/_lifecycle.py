@@ -26,7 +26,7 @@ _RUNNING = ConnectionState.OK
 class Lifecycle:
     """The end-state of one connection."""
 
-    __slots__ = ("error", "send_error", "state", "write_failure")
+    __slots__ = ("error", "lost_data", "reported", "send_error", "state", "write_failure")
 
     def __init__(self) -> None:
         #: ``OK`` while the connection runs, then ``BROKEN`` or ``CLOSED``.
@@ -38,6 +38,11 @@ class Lifecycle:
         #: The first failed write to the transport, whenever it came (even during
         #: ``aclose``'s flush, after sends had stopped): the connection's end reason.
         self.write_failure: ConnectionLost | None = None
+        #: True when that failed write lost Message data the program had sent (not
+        #: only control frames): ``aclose`` then raises it unless it was seen already.
+        self.lost_data = False
+        #: True once the program has been raised the connection's failure or end.
+        self.reported = False
 
     @property
     def end_reason(self) -> EndReason | None:
@@ -54,11 +59,13 @@ class Lifecycle:
         if self.state is not _RUNNING:
             self.raise_ended()
         if self.send_error is not None:
+            self.reported = True
             _raise_copy(self.send_error)
 
     def raise_ended(self) -> NoReturn:
         """Raise (a fresh copy of) why the connection ended."""
         assert self.error is not None
+        self.reported = True
         _raise_copy(self.error)
 
     def stop_sending(self, error: Ending) -> bool:

@@ -156,9 +156,11 @@ class Muxer:
         cannot keep it open.  What was queued before is flushed for at most
         ``Config.close_timeout`` seconds; then the transport is closed and streams
         still open get ``MuxerClosed``.  Closes even when cancelled (skipping the
-        flush).  Idempotent.  If a write fails during that flush, what was queued is
-        lost: ``end_reason`` then says ``TRANSPORT_FAILED`` and ``end_error`` has the
-        transport's error as its cause (check them where the last bytes matter).
+        flush).  Idempotent.  If a write failed and lost data the program had sent (its
+        last words, say, when the flush fails), and no call has raised that failure
+        yet, ``aclose`` closes all the same, then raises it once: ``ConnectionLost``
+        with the transport's error as its cause (``end_reason`` ``TRANSPORT_FAILED``).
+        Lost control frames alone (both ends closing at once) raise nothing.
         """
         connection = self._connection
         life = connection.life
@@ -181,6 +183,8 @@ class Muxer:
             finally:
                 if not self._started:
                     connection.finished()  # run() would have, had it been called
+        if life.lost_data and not life.reported:
+            life.raise_ended()  # the program's last data did not leave: never lost unseen
 
     @protected
     async def __aenter__(self) -> Muxer:
@@ -300,6 +304,8 @@ async def _open_running(muxer: Muxer) -> AsyncIterator[Muxer]:
                 yield muxer
             except BaseException as exc:
                 unwrapping.raised(exc)  # the block's own group, if it is one, stays whole
+                # The block's exception comes first; a lost last flush stays in end_error.
+                with contextlib.suppress(ConnectionLost):
+                    await muxer.aclose()
                 raise
-            finally:
-                await muxer.aclose()
+            await muxer.aclose()

@@ -9,6 +9,7 @@ on the ``mplex`` logger says why each one ended.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 from typing import Any, NoReturn
@@ -240,7 +241,8 @@ class _Connection:
                 moved, quiet_since = seen, now
             elif now - quiet_since >= idle_timeout:
                 self.log.info("closing the connection: nothing moved for %g s (idle_timeout)", idle_timeout)
-                await self.muxer.aclose()
+                with contextlib.suppress(ConnectionLost):  # kept as the muxer's end_error
+                    await self.muxer.aclose()
                 return
 
     def log_summary(self) -> None:

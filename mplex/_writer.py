@@ -94,6 +94,8 @@ class Writer:
         self._record_size = transport.record_size
         # True when senders waited for room as the last write ended (they refill now).
         self._refilling = False
+        # Bytes of control frames in the batch being written (the rest is data).
+        self._batch_control = 0
 
     # -- senders --------------------------------------------------------------------------
 
@@ -259,11 +261,15 @@ class Writer:
                 if not outbox.buffer:
                     continue  # a task that queued a control frame wrote it all meanwhile
             outbox.wake_at = NEVER
+            control = outbox.control
             if self._record_size and self._bulk() and not logger.isEnabledFor(logging.DEBUG):
                 # More follows this batch at once: a short last record would cost the
                 # receiver a read of its own.
-                return outbox.take_whole(self._record_size)
-            return outbox.take()
+                batch = outbox.take_whole(self._record_size)
+            else:
+                batch = outbox.take()
+            self._batch_control = control - outbox.control
+            return batch
 
     def _bulk(self) -> bool:
         """True while the program sends in bulk: senders waited for room as the last
@@ -271,9 +277,10 @@ class Writer:
         return self._refilling or len(self._outbox.buffer) >= FLUSH_AT
 
     @protected
-    async def run(self, write_failed: Callable[[Exception], Awaitable[None]]) -> None:
+    async def run(self, write_failed: Callable[[Exception, bool], Awaitable[None]]) -> None:
         """The writer task: write batches until a write fails, then await
-        ``write_failed(error)``."""
+        ``write_failed(error, lost_data)``: ``lost_data`` is True when Message frames
+        were lost with it (in the batch or still queued), not only control frames."""
         send_all = self._transport.writer_send_all()
         outbox = self._outbox
         while True:
@@ -285,7 +292,8 @@ class Writer:
                 await send_all(data)
             except Exception as exc:  # any failure of any transport: the send side is lost
                 self.writing = False
-                await write_failed(exc)
+                lost = len(data) + len(outbox.buffer) - self._batch_control - outbox.control
+                await write_failed(exc, lost > 0)
                 return
             finally:
                 self.writing = False

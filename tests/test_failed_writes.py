@@ -201,18 +201,35 @@ async def test_a_failed_write_stays_the_end_reason_when_the_program_closes_after
 
 
 class TestALastFlushThatFails:
-    """What the block queued last and the closing flush could not write is not reported
-    as a clean close: the end reason is the failed write, and closing is prompt."""
+    """What the block queued last and the closing flush could not write is never lost
+    unseen: the program's data lost raises once, from the block's end or ``aclose``;
+    control frames alone (both ends closing at once) raise nothing.  Either way the end
+    reason is the failed write, and closing is prompt."""
 
-    async def test_leaving_the_block_records_it_as_the_end_reason(self) -> None:
+    async def test_leaving_the_block_raises_it(self) -> None:
         # Promptly: the flush stops waiting once the failed write dropped the queue
         # (not after Config.close_timeout, 5 s).
-        with trio.fail_after(1):
+        with trio.fail_after(1), pytest.raises(mplex.ConnectionLost) as caught:
             async with failing(OSError("the wire is cut")) as (transport, muxer, stream):
                 stream.send_nowait(b"the last words")  # queued; the writer has not run yet
+        assert caught.value.__cause__ is transport.failure
         assert muxer.end_reason is mplex.EndReason.TRANSPORT_FAILED
         assert isinstance(muxer.end_error, mplex.ConnectionLost)
         assert muxer.end_error.__cause__ is transport.failure
+
+    async def test_aclose_raises_it_once(self) -> None:
+        a, b = trio.testing.memory_stream_pair()
+        transport = FailingStream(a)
+        muxer = mplex.Muxer(transport)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(muxer.run)
+            stream = await muxer.open_stream()
+            assert len(await RawPeer(b).receive_frames(1)) == 1
+            transport.failure = OSError("the wire is cut")
+            stream.send_nowait(b"the last words")
+            with pytest.raises(mplex.ConnectionLost):
+                await muxer.aclose()
+            await muxer.aclose()  # closed, and already told
 
     async def test_the_blocks_own_error_comes_first(self) -> None:
         with pytest.raises(KeyError):
@@ -221,3 +238,9 @@ class TestALastFlushThatFails:
                 raise KeyError("the block's own")
         assert isinstance(muxer.end_error, mplex.ConnectionLost)
         assert muxer.end_error.__cause__ is transport.failure
+
+    async def test_lost_control_frames_alone_raise_nothing(self) -> None:
+        async with failing(OSError("the wire is cut")) as (transport, muxer, stream):
+            stream.close()  # a Close frame, to a peer that hung up
+        assert muxer.end_reason is mplex.EndReason.TRANSPORT_FAILED
+        assert muxer.end_error is not None and muxer.end_error.__cause__ is transport.failure

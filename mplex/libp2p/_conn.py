@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import logging
 from collections.abc import Awaitable, Callable, Mapping
@@ -100,7 +101,10 @@ class MplexMuxedConn(IMuxedConn):
     async def close(self) -> None:
         """Close the connection (queued frames are flushed first, within
         ``Config.close_timeout``).  Works before ``start()`` too.  Idempotent."""
-        await self.muxer.aclose()
+        # py-libp2p closes connections expecting no error; a lost last flush stays in
+        # the muxer's end_error.
+        with contextlib.suppress(mplex.ConnectionLost):
+            await self.muxer.aclose()
         if not self.event_started.is_set():
             await self._end()
         await self.event_closed.wait()
