@@ -77,3 +77,40 @@ def test_the_readme_is_a_front_page() -> None:
     for heading in ("## Install", "## Quick start", "## The API at a glance", "## Documentation"):
         assert heading in text
     assert text.index("## Quick start") < text.index("## The `mplex` command")
+
+
+def _version(text: str) -> tuple[int, ...]:
+    """``"20.19"`` as ``(20, 19, 0)``: three parts, so that versions compare."""
+    parts = [int(part) for part in text.split(".")]
+    return tuple(parts + [0] * (3 - len(parts)))
+
+
+def _lowest_node(requirement: str) -> tuple[int, ...]:
+    """The lowest Node version an ``engines.node`` requirement accepts."""
+    return min(_version(v) for v in re.findall(r"\d+(?:\.\d+)*", requirement))
+
+
+def test_the_node_version_the_readme_names_runs_the_pinned_js_peers() -> None:
+    """Every package of the pinned npm install runs on the Node the README names, but
+    those the README names as only warning about a newer one."""
+    import json
+
+    text = " ".join(README.read_text().split())
+    named = re.search(r"Node\.js (\d+(?:\.\d+)*) or later", text)
+    assert named is not None
+    warning_only = set(re.findall(r"`([\w@/.-]+)` asks for Node \d+", text))
+    lock = json.loads((ROOT / "tests" / "interop" / "package-lock.json").read_text())
+    newer = {
+        path.rsplit("node_modules/", 1)[-1]
+        for path, package in lock["packages"].items()
+        if "node" in package.get("engines", {})
+        and _lowest_node(package["engines"]["node"]) > _version(named.group(1))
+    }
+    assert newer == warning_only
+
+
+def test_every_make_target_the_readme_names_exists() -> None:
+    makefile = (ROOT / "Makefile").read_text()
+    targets = set(re.findall(r"^([\w-]+):", makefile, re.M))
+    named = set(re.findall(r"`?make ([\w-]+)", README.read_text()))
+    assert named and named <= targets, named - targets
