@@ -299,7 +299,14 @@ async def _open_running(muxer: Muxer) -> AsyncIterator[Muxer]:
     block raises leaves as itself, not wrapped in the nursery's group (``_unwrapping``)."""
     with unwrapped() as unwrapping:
         async with trio.open_nursery() as nursery:
-            await nursery.start(muxer.run)
+            try:
+                await nursery.start(muxer.run)
+            except ConnectionLost as exc:  # the handshake failed
+                # trio 0.27's start() re-raises it "from None": give it its cause back.
+                ended = muxer.end_error
+                if exc.__cause__ is None and ended is not None:
+                    exc.__cause__ = ended.__cause__
+                raise
             try:
                 yield muxer
             except BaseException as exc:

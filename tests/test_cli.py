@@ -556,6 +556,7 @@ while True:
 """
 
 
+@pytest.mark.external  # rich, the cli extra, which the other Pythons' venvs leave out
 def test_a_rich_table_without_headers_has_no_empty_header_row(monkeypatch: pytest.MonkeyPatch) -> None:
     class Terminal(io.StringIO):
         def isatty(self) -> bool:
