@@ -31,7 +31,7 @@ from ._engine.stats import MuxerStats
 from ._engine.unread import prime_allocator
 from ._engine.varint import encode_uvarint
 from ._lifecycle import Ending, Lifecycle
-from ._logging import ConnectionLog, connection_label, describe, explain, logger
+from ._logging import ConnectionLog, connection_label, describe, explain, logger, root_cause
 from ._reader import Reader
 from ._stream import MplexStream
 from ._throttle import ReaderThrottle
@@ -292,7 +292,7 @@ class Connection:
             )
             cause = exc
         except Exception as exc:  # any transport's failure: the connection is lost
-            error, cause = ConnectionLost(f"the TLS handshake failed: {explain(_root(exc))}"), exc
+            error, cause = ConnectionLost(f"the TLS handshake failed: {explain(root_cause(exc))}"), exc
         if error is not None:
             self.end(error, cause)
             self.life.raise_ended()
@@ -392,13 +392,6 @@ class Connection:
             bytes_sent_without_copy=self.outbox.bytes_sent_without_copy,
             **activity,
         )
-
-
-def _root(error: BaseException) -> BaseException:
-    """The last exception of ``error``'s cause chain (the ``ssl`` error under trio's)."""
-    while error.__cause__ is not None:
-        error = error.__cause__
-    return error
 
 
 def _chained(error: BaseException, cause: BaseException | None) -> BaseException:

@@ -17,7 +17,7 @@ import trio
 from ._engine.decoder import Decoder, RawFrame
 from ._engine.wire import MAX_MESSAGE_SIZE, Flag
 
-__all__ = ["ConnectionLog", "connection_label", "describe", "explain", "logger"]
+__all__ = ["ConnectionLog", "connection_label", "describe", "explain", "logger", "root_cause"]
 
 logger = logging.getLogger("mplex")
 
@@ -83,15 +83,22 @@ def describe(error: BaseException | None) -> str:
     in between."""
     if error is None:
         return "still running"
-    root, seen = error, {id(error)}
-    while root.__cause__ is not None and id(root.__cause__) not in seen:
-        root = root.__cause__
-        seen.add(id(root))
+    root = root_cause(error)
     text = str(error) or type(error).__name__
     if root is error:
         return text
     detail = explain(root)
     return text if (str(root) and str(root) in text) or text.endswith(detail) else f"{text}: {detail}"
+
+
+def root_cause(error: BaseException) -> BaseException:
+    """The last exception of ``error``'s cause chain (the ``ssl`` error under trio's
+    ``BrokenResourceError``, say); ``error`` itself if it has no cause."""
+    root, seen = error, {id(error)}
+    while root.__cause__ is not None and id(root.__cause__) not in seen:
+        root = root.__cause__
+        seen.add(id(root))
+    return root
 
 
 def explain(exc: BaseException) -> str:
