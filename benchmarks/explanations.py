@@ -173,7 +173,7 @@ EXPLANATIONS: dict[str, str] = {
     ),
     "request/response, a stream per request, vs js-libp2p mplex (req/s)": (
         "Since b78c4b8 a NewStream, Close or Reset queued while the program is busy "
-        "waits at most 0.1 ms (mplex._writer.CONTROL_WAIT) instead of for the program "
+        "waits at most 0.1 ms (mplex._trio.writer.CONTROL_WAIT) instead of for the program "
         "to idle. Before it, each side's scheduler pass over 100 workers was long and "
         "its writer held the openings and closes the peer acts on until the pass ended, "
         "so the two sides idled in turn: a trace of the client's reads, writes and "

@@ -23,7 +23,7 @@ import trio
 
 import mplex
 from mplex._bench.channel import tls_context
-from mplex._transport.base import READ_SIZE
+from mplex._trio.transport.base import READ_SIZE
 
 SIZE = 64 * 1024
 TOTAL = 384 * 1024 * 1024

@@ -18,15 +18,13 @@ before a connection or stream is used.
 
 from __future__ import annotations
 
+import functools
 import importlib
+import re
 import sys
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ._endings import ConnectionLost as ConnectionLost
-    from ._endings import EndReason as EndReason
-    from ._endings import MuxerClosed as MuxerClosed
-    from ._endings import StreamReset as StreamReset
     from ._engine.config import Config as Config
     from ._engine.config import SlowReaderPolicy as SlowReaderPolicy
     from ._engine.decoder import Decoder as Decoder
@@ -50,108 +48,39 @@ if TYPE_CHECKING:
     from ._engine.wire import Encoder as Encoder
     from ._engine.wire import Flag as Flag
     from ._engine.wire import Frame as Frame
-    from ._muxer import Muxer as Muxer
-    from ._muxer import open_muxer as open_muxer
-    from ._select import accept_protocol as accept_protocol
-    from ._select import select_protocol as select_protocol
-    from ._serve import IDLE_HANDLER_TASKS as IDLE_HANDLER_TASKS
-    from ._serve import LOGGED_HANDLER_ERRORS as LOGGED_HANDLER_ERRORS
-    from ._serve import NEGOTIATION_TIMEOUT as NEGOTIATION_TIMEOUT
-    from ._serve import StreamHandler as StreamHandler
-    from ._serve import serve_connection as serve_connection
-    from ._serve import serve_listeners as serve_listeners
-    from ._serve import serve_tcp as serve_tcp
-    from ._stream import MplexStream as MplexStream
-
-#: Where each public name lives.  Names are imported on first use (PEP 562), so that
-#: ``import mplex`` or the sans-IO ``mplex._codec`` costs no trio import until a
-#: trio-layer name (``Muxer``, ``open_muxer``, ...) is asked for.
-_HOMES = {
-    "MAX_MESSAGE_SIZE": "._engine.wire",
-    "MAX_STREAM_ID": "._engine.wire",
-    "PROTOCOL_ID": "._engine.wire",
-    "Decoder": "._engine.decoder",
-    "Encoder": "._engine.wire",
-    "Flag": "._engine.wire",
-    "Frame": "._engine.wire",
-    "Config": "._engine.config",
-    "SlowReaderPolicy": "._engine.config",
-    "ConnectionLost": "._endings",
-    "EndReason": "._endings",
-    "MuxerClosed": "._endings",
-    "StreamReset": "._endings",
-    "FrameTooLargeError": "._engine.errors",
-    "InvalidVarintError": "._engine.errors",
-    "MplexError": "._engine.errors",
-    "ProtocolError": "._engine.errors",
-    "UnknownFlagError": "._engine.errors",
-    "MAX_PROTOCOL_MESSAGE_SIZE": "._engine.multistream",
-    "MULTISTREAM_PROTOCOL_ID": "._engine.multistream",
-    "DialerNegotiation": "._engine.multistream",
-    "ListenerNegotiation": "._engine.multistream",
-    "NegotiationError": "._engine.multistream",
-    "ProtocolNotSupportedError": "._engine.multistream",
-    "Muxer": "._muxer",
-    "MuxerStats": "._engine.stats",
-    "open_muxer": "._muxer",
-    "accept_protocol": "._select",
-    "select_protocol": "._select",
-    "IDLE_HANDLER_TASKS": "._serve",
-    "LOGGED_HANDLER_ERRORS": "._serve",
-    "NEGOTIATION_TIMEOUT": "._serve",
-    "StreamHandler": "._serve",
-    "serve_connection": "._serve",
-    "serve_listeners": "._serve",
-    "serve_tcp": "._serve",
-    "MplexStream": "._stream",
-    "decode_uvarint": "._engine.varint",
-    "encode_uvarint": "._engine.varint",
-}
+    from ._trio.errors import ConnectionLost as ConnectionLost
+    from ._trio.errors import EndReason as EndReason
+    from ._trio.errors import MuxerClosed as MuxerClosed
+    from ._trio.errors import StreamReset as StreamReset
+    from ._trio.muxer import Muxer as Muxer
+    from ._trio.muxer import open_muxer as open_muxer
+    from ._trio.select import accept_protocol as accept_protocol
+    from ._trio.select import select_protocol as select_protocol
+    from ._trio.serving import IDLE_HANDLER_TASKS as IDLE_HANDLER_TASKS
+    from ._trio.serving import LOGGED_HANDLER_ERRORS as LOGGED_HANDLER_ERRORS
+    from ._trio.serving import NEGOTIATION_TIMEOUT as NEGOTIATION_TIMEOUT
+    from ._trio.serving import StreamHandler as StreamHandler
+    from ._trio.serving import serve_connection as serve_connection
+    from ._trio.serving import serve_listeners as serve_listeners
+    from ._trio.serving import serve_tcp as serve_tcp
+    from ._trio.stream import MplexStream as MplexStream
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "IDLE_HANDLER_TASKS",
-    "LOGGED_HANDLER_ERRORS",
-    "MAX_MESSAGE_SIZE",
-    "MAX_PROTOCOL_MESSAGE_SIZE",
-    "MAX_STREAM_ID",
-    "MULTISTREAM_PROTOCOL_ID",
-    "NEGOTIATION_TIMEOUT",
-    "PROTOCOL_ID",
-    "Config",
-    "ConnectionLost",
-    "Decoder",
-    "DialerNegotiation",
-    "Encoder",
-    "EndReason",
-    "Flag",
-    "Frame",
-    "FrameTooLargeError",
-    "InvalidVarintError",
-    "ListenerNegotiation",
-    "MplexError",
-    "MplexStream",
-    "Muxer",
-    "MuxerClosed",
-    "MuxerStats",
-    "NegotiationError",
-    "ProtocolError",
-    "ProtocolNotSupportedError",
-    "SlowReaderPolicy",
-    "StreamHandler",
-    "StreamReset",
-    "UnknownFlagError",
-    "__version__",
-    "accept_protocol",
-    "decode_uvarint",
-    "encode_uvarint",
-    "open_muxer",
-    "select_protocol",
-    "serve_connection",
-    "serve_listeners",
-    "serve_tcp",
-]
+#: ``from <home> import <name> as <name>`` in the block above: the one list of the
+#: public names and where each lives.
+_PUBLIC_IMPORT = re.compile(r"^    from (\.[\w.]+) import (\w+) as \2$", re.MULTILINE)
+
+
+@functools.cache
+def _homes() -> dict[str, str]:
+    """Each public name and its module, read from the ``TYPE_CHECKING`` block above
+    (once, on first use): the public API is written in one place."""
+    source = __loader__.get_source(__name__)  # type: ignore[name-defined]
+    if source is None:  # a loader without sources (some freezers): the file itself
+        with open(__file__, encoding="utf-8") as file:
+            source = file.read()
+    return {name: home for home, name in _PUBLIC_IMPORT.findall(source)}
 
 
 #: Public submodules ``mplex.<name>`` imports on first use (``mplex.libp2p`` needs the
@@ -163,7 +92,9 @@ def __getattr__(name: str) -> Any:
     """Import a public name from its module the first time it is used."""
     if name in _SUBMODULES:
         return importlib.import_module(f".{name}", __name__)
-    home = _HOMES.get(name)
+    if name == "__all__":
+        return [*sorted(_homes()), "__version__"]
+    home = _homes().get(name)
     if home is None:
         raise AttributeError(f"module 'mplex' has no attribute {name!r}")
     importlib.import_module(home, __name__)
@@ -176,7 +107,7 @@ def _publish_loaded() -> None:
     several), so that an error raised before its name is looked up still shows as
     mplex's.  The public submodules (``mplex.testing``, ``mplex.libp2p``) call it too:
     a program that imports only one of them sees ``mplex.StreamReset`` as well."""
-    for name, home in _HOMES.items():
+    for name, home in _homes().items():
         module = sys.modules.get(__name__ + home)
         if module is not None and name not in globals():
             _publish(name, getattr(module, name))
@@ -184,7 +115,7 @@ def _publish_loaded() -> None:
 
 def __dir__() -> list[str]:
     """The public names only (not this module's own imports)."""
-    return sorted(set(__all__) | _SUBMODULES)
+    return sorted({*_homes(), "__version__"} | _SUBMODULES)
 
 
 def _publish(name: str, value: Any) -> None:

@@ -2,6 +2,6 @@
 
 import sys
 
-from mplex._cli import main
+from ._cli import main
 
 sys.exit(main())

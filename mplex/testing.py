@@ -21,9 +21,10 @@ from collections.abc import AsyncIterator
 import trio
 import trio.testing
 
-from . import _publish_loaded
+from mplex import _publish_loaded
+
 from ._engine.config import Config
-from ._muxer import Muxer
+from ._trio.muxer import Muxer
 
 __all__ = ["open_muxer_pair"]
 

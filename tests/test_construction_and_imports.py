@@ -17,7 +17,7 @@ import mplex
 
 from .helpers import TRANSPORTS, read_all, tcp_streams
 
-_TRIO_LAYER = ["mplex._muxer", "mplex._stream", "mplex._serve", "mplex._select", "mplex._endings"]
+_TRIO_LAYER = ["mplex._trio.muxer", "mplex._trio.stream", "mplex._trio.serving", "mplex._trio.select", "mplex._trio.errors"]
 
 
 def _run(code: str, pycache: Path | None = None) -> Any:
@@ -85,7 +85,7 @@ class TestImportsCostNothing:
         seen = _run(
             "import json, mplex\n"
             "mplex.open_muxer\n"
-            "import mplex._endings as errors\n"
+            "import mplex._trio.errors as errors\n"
             "print(json.dumps([repr(errors.StreamReset), 'StreamReset' in dir(mplex)]))\n"
         )
         assert seen == ["<class 'mplex.StreamReset'>", True]
@@ -93,7 +93,7 @@ class TestImportsCostNothing:
     def test_a_program_that_imports_only_mplex_testing_sees_mplex_names(self) -> None:
         seen = _run(
             "import json, traceback, mplex.testing\n"
-            "import mplex._endings as errors\n"
+            "import mplex._trio.errors as errors\n"
             "try:\n"
             "    raise errors.StreamReset('reset', stream_id=0, by_peer=True)\n"
             "except Exception as exc:\n"

@@ -16,7 +16,7 @@ import trio.testing
 
 import mplex
 import mplex.testing
-from mplex._perf import PERF_PROTOCOL_ID, PerfResult, TrioPerfStream, perf_client, perf_server
+from mplex._cli.perf_protocol import PERF_PROTOCOL_ID, PerfResult, TrioPerfStream, perf_client, perf_server
 from tests.helpers import over_every_transport
 from tests.test_cli import served
 

@@ -25,7 +25,7 @@ from tests.helpers import TRANSPORTS, RawPeer, TaskSteps, frame, read_all, tcp_s
 
 #: Transports over which receiving tasks borrow the read turn: the socket path, and the
 #: generic path over trio's own plain streams (whose cancelled receive_some loses
-#: nothing).  Over TLS the turn is not lent (see mplex._transport.generic).
+#: nothing).  Over TLS the turn is not lent (see mplex._trio.transport.generic).
 LENDING = {
     "memory": ("memory", mplex.Config()),
     "tcp": ("tcp", mplex.Config()),

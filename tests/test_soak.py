@@ -17,7 +17,7 @@ import trio
 import mplex
 from mplex._bench.channel import current_rss
 from mplex._engine.wire import MAX_PREFIX_BYTES
-from mplex._transport import READ_SIZE
+from mplex._trio.transport import READ_SIZE
 from tests.helpers import muxer_pair, read_all, tcp_transport
 
 DURATION = 30.0 if os.environ.get("MPLEX_FULL") else 3.0

@@ -29,8 +29,9 @@ import trio
 import trio.testing
 
 import mplex
-from mplex._bench.channel import current_rss, emit, read_to_eof, receive_exactly, secured, tls_context
-from mplex._bench.server import MANY_STREAMS, serve, serve_stream
+
+from .channel import current_rss, emit, read_to_eof, receive_exactly, secured, tls_context
+from .server import MANY_STREAMS, serve, serve_stream
 
 
 class Client:

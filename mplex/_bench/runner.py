@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from mplex._bench.cases import Case, Run
+from .cases import Case, Run
 
 #: The source checkout's benchmarks/ folder (js and py-libp2p baselines, RESULTS.md),
 #: when this package runs from a checkout; absent in an installed wheel.

@@ -16,7 +16,8 @@ import time
 import trio
 
 import mplex
-from mplex._bench.channel import emit, secured, tls_context
+
+from .channel import emit, secured, tls_context
 
 
 async def serve_stream(stream: trio.abc.Stream) -> None:

@@ -21,9 +21,9 @@ from typing import Any
 
 import trio
 
-from mplex._bench.cases import MB, MIB, Case, Run, case_names, cases, unknown_cases
-from mplex._bench.report import Commentary, per_request_median, results_markdown, targets_text
-from mplex._bench.runner import CHECKOUT, drop_unavailable, run_suite
+from .cases import MB, MIB, Case, Run, case_names, cases, unknown_cases
+from .report import Commentary, per_request_median, results_markdown, targets_text
+from .runner import CHECKOUT, drop_unavailable, run_suite
 
 #: Where a run's JSON goes unless --json says: the checkout's results folder.  An
 #: installed package saves nothing unasked (`mplex bench --json` prints the results).

@@ -23,7 +23,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from .. import __version__
+from mplex import __version__
+
 from .._engine.wire import PROTOCOL_ID
 from . import arguments
 from .decode import decode_command

@@ -16,10 +16,10 @@ import trio
 
 from .._engine.multistream import NegotiationError
 from .._engine.wire import PROTOCOL_ID
-from .._logging import describe
-from .._muxer import Muxer, open_muxer
-from .._select import select_protocol
-from .._stream import MplexStream
+from .._trio._util import describe
+from .._trio.muxer import Muxer, open_muxer
+from .._trio.select import select_protocol
+from .._trio.stream import MplexStream
 from .capture import CapturingStream, not_mplex
 from .errors import CommandError
 from .output import print_table

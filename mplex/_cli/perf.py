@@ -15,9 +15,15 @@ from functools import partial
 import trio
 
 from .._engine.multistream import NegotiationError
-from .._logging import describe
-from .._muxer import open_muxer
-from .._perf import (
+from .._trio._util import describe
+from .._trio.muxer import open_muxer
+from .._trio.select import accept_protocol, select_protocol
+from .._trio.serving import serve_tcp
+from .._trio.stream import MplexStream
+from . import arguments
+from .dial import connect
+from .errors import CommandError
+from .perf_protocol import (
     PERF_PROTOCOL_ID,
     PerfResult,
     TrioPerfStream,
@@ -26,12 +32,6 @@ from .._perf import (
     perf_client,
     perf_server,
 )
-from .._select import accept_protocol, select_protocol
-from .._serve import serve_tcp
-from .._stream import MplexStream
-from . import arguments
-from .dial import connect
-from .errors import CommandError
 
 __all__ = ["add_arguments", "perf_command"]
 

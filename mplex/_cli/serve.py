@@ -10,8 +10,8 @@ from typing import Any
 
 import trio
 
-from .._serve import serve_listeners
-from .._stream import MplexStream
+from .._trio.serving import serve_listeners
+from .._trio.stream import MplexStream
 from .capture import CapturingListener
 from .errors import CommandError
 

@@ -5,7 +5,7 @@
 turns it into a closed connection and a ``trio.BrokenResourceError`` on every stream,
 chained to the ``ProtocolError`` so the cause is never lost.  The reset and
 connection-loss errors derive from ``trio.BrokenResourceError`` and live in the trio
-layer (``mplex._errors``), so that this module stays importable without trio.
+layer (``mplex._trio.errors``), so that this module stays importable without trio.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ synchronously: a frame is queued entirely or not at all, so cancellation can nev
 split one, and two streams' frames never interleave within a frame.  The trio layer's
 writer takes everything queued in one piece and writes it with one transport write.
 
-``wake_at`` and ``gathering`` belong to the writer's flush policy (``mplex._writer``),
+``wake_at`` and ``gathering`` belong to the writer's flush policy (``mplex._trio.writer``),
 which keeps them here so that a sender's hot path reads one object: append, then
 ``if len(buffer) >= wake_at:`` tell the writer.
 """

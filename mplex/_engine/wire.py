@@ -5,7 +5,7 @@ Wire format (libp2p mplex spec, "Message format")::
     header (uvarint) | length (uvarint) | length bytes of data
     header = stream_id << 3 | flag
 
-The incremental ``Decoder`` lives in ``_decoder``.
+The incremental ``Decoder`` lives in ``decoder``.
 """
 
 from __future__ import annotations

@@ -21,7 +21,8 @@ try:
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError("mplex.libp2p needs py-libp2p: pip install 'trio-mplex[libp2p]'") from exc
 
-from .. import _publish_loaded
+from mplex import _publish_loaded
+
 from ._conn import MplexMuxedConn as MplexMuxedConn
 from ._conn import muxer_options as muxer_options
 from ._stream import QUEUE_AT_ONCE as QUEUE_AT_ONCE

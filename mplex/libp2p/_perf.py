@@ -1,7 +1,7 @@
 """The perf protocol inside py-libp2p hosts: ``mplex perf --libp2p``, and the pieces
 that let this library's perf client and server run over py-libp2p's streams.
 
-``NetStreamPerf`` adapts a py-libp2p stream to ``mplex._perf.PerfStream``;
+``NetStreamPerf`` adapts a py-libp2p stream to ``mplex._cli.perf_protocol.PerfStream``;
 ``serve_perf(host)`` answers ``/perf/1.0.0`` on a host with this library's server, and
 ``measure(host, address, upload, download)`` runs its client against any perf peer
 (py-libp2p's own ``PerfService`` included).
@@ -23,7 +23,14 @@ from libp2p.peer.peerinfo import info_from_p2p_addr
 from libp2p.security.noise.transport import PROTOCOL_ID as NOISE
 from libp2p.security.noise.transport import Transport as Noise
 
-from .._perf import PERF_PROTOCOL_ID, PerfResult, measurements, median_run, perf_client, perf_server
+from .._cli.perf_protocol import (
+    PERF_PROTOCOL_ID,
+    PerfResult,
+    measurements,
+    median_run,
+    perf_client,
+    perf_server,
+)
 from ._conn import muxer_options
 
 __all__ = ["NetStreamPerf", "make_host", "measure", "perf_command", "serve_perf"]

@@ -21,15 +21,16 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from typing import Protocol
 
 import trio
 
-from ._engine.engine import Engine
-from ._engine.record import StreamRecord
-from ._host import ReaderHost
-from ._writer import Writer
+from .._engine.engine import Engine
+from .._engine.record import StreamRecord
+from .errors import ConnectionLost
+from .writer import Writer
 
-__all__ = ["ReaderThrottle"]
+__all__ = ["ReaderHost", "ReaderThrottle"]
 
 
 def _unread(record: StreamRecord) -> int:
@@ -166,3 +167,17 @@ class ReaderThrottle:
             self.blocked = False
             self._blocked_since = None
             self.blocked_seconds += trio.current_time() - started
+
+
+class ReaderHost(Protocol):
+    """The calls the reader makes on its connection."""
+
+    #: True until the connection ends.
+    running: bool
+
+    def settle(self) -> None:
+        """Act on what the engine's last input changed: wake whoever must look again."""
+
+    def end(self, error: ConnectionLost, cause: BaseException | None) -> None:
+        """The connection ends with ``error`` (chained to ``cause``): the input ended
+        or failed, or the peer broke the protocol."""

@@ -7,7 +7,7 @@ concerns (``ReaderHost.settle``).  Between reads it applies the slow-reader poli
 (and ``ARRIVALS_PER_STEP`` new streams) before it yields, whatever a read holds.
 
 A task waiting in ``MplexStream.receive_some`` while nothing is buffered may read the
-transport itself (``receive_for``): see the read turn in ``mplex._transport``.  Both
+transport itself (``receive_for``): see the read turn in ``mplex._trio.transport``.  Both
 go through ``consume``, the one place input reaches the engine.
 
 After a write failed, the receive side outlives the send side (``linger``): what the
@@ -22,15 +22,13 @@ from collections.abc import Callable
 
 import trio
 
-from ._endings import ConnectionLost, EndReason, MuxerClosed
-from ._engine.engine import Engine
-from ._engine.errors import ProtocolError
-from ._engine.record import StreamRecord
-from ._host import ReaderHost
-from ._logging import ConnectionLog, logger
-from ._protection import protected
-from ._throttle import ReaderThrottle
-from ._transport import Transport
+from .._engine.engine import Engine
+from .._engine.errors import ProtocolError
+from .._engine.record import StreamRecord
+from ._util import ConnectionLog, logger, protected
+from .errors import ConnectionLost, EndReason, MuxerClosed
+from .throttle import ReaderHost, ReaderThrottle
+from .transport import Transport
 
 __all__ = ["Reader"]
 

@@ -16,18 +16,23 @@ from typing import Any, NoReturn
 
 import trio
 
-from ._arguments import checked_config, checked_handler, require_trio
-from ._endings import ConnectionLost, MuxerClosed
-from ._engine.config import Config
-from ._engine.multistream import NegotiationError
-from ._engine.wire import PROTOCOL_ID
-from ._handler_tasks import HandlerTasks
-from ._logging import ConnectionLog, logger
-from ._muxer import Muxer
-from ._protection import protected, unprotected
-from ._select import accept_protocol
-from ._stream import MplexStream
-from ._unwrapping import Unwrapping, unwrapped
+from .._engine.config import Config
+from .._engine.multistream import NegotiationError
+from .._engine.wire import PROTOCOL_ID
+from ._util import (
+    ConnectionLog,
+    checked_config,
+    checked_handler,
+    logger,
+    protected,
+    require_trio,
+    unprotected,
+)
+from .errors import ConnectionLost, MuxerClosed, Unwrapping, unwrapped
+from .handlers import HandlerTasks
+from .muxer import Muxer
+from .select import accept_protocol
+from .stream import MplexStream
 
 __all__ = [
     "IDLE_HANDLER_TASKS",

@@ -41,16 +41,14 @@ from typing import Any, final
 
 import trio
 
-from ._arguments import checked_config, checked_transport, require_trio
-from ._connection import Connection
-from ._endings import ConnectionLost, EndReason, MuxerClosed
-from ._engine.config import Config
-from ._engine.states import ConnectionState
-from ._engine.stats import MuxerStats
-from ._engine.wire import name_bytes
-from ._protection import protected
-from ._stream import MplexStream
-from ._unwrapping import unwrapped
+from .._engine.config import Config
+from .._engine.states import ConnectionState
+from .._engine.stats import MuxerStats
+from .._engine.wire import name_bytes
+from ._util import checked_config, checked_transport, protected, require_trio
+from .driver import Connection
+from .errors import ConnectionLost, EndReason, MuxerClosed, unwrapped
+from .stream import MplexStream
 
 __all__ = ["Muxer", "open_muxer"]
 

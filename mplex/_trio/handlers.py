@@ -18,8 +18,8 @@ from typing import Any
 import trio
 from trio.lowlevel import Abort, Task, current_task, reschedule, wait_task_rescheduled
 
-from ._protection import protected
-from ._stream import MplexStream
+from ._util import protected
+from .stream import MplexStream
 
 __all__ = ["HANDLER_TASK", "HandlerTasks"]
 

@@ -22,21 +22,20 @@ from typing import Any
 
 import trio
 
-from ._endings import ConnectionLost, EndReason, MuxerClosed, StreamReset, fresh_copy
-from ._engine.config import Config
-from ._engine.engine import Engine
-from ._engine.record import Broken, StreamRecord
-from ._engine.states import ConnectionState, Direction
-from ._engine.stats import MuxerStats
-from ._engine.unread import prime_allocator
-from ._engine.varint import encode_uvarint
-from ._lifecycle import Ending, Lifecycle
-from ._logging import ConnectionLog, connection_label, describe, explain, logger, root_cause
-from ._reader import Reader
-from ._stream import MplexStream
-from ._throttle import ReaderThrottle
-from ._transport import transport_for
-from ._writer import Writer
+from .._engine.config import Config
+from .._engine.engine import Engine
+from .._engine.record import Broken, StreamRecord
+from .._engine.states import ConnectionState, Direction
+from .._engine.stats import MuxerStats
+from .._engine.unread import prime_allocator
+from .._engine.varint import encode_uvarint
+from ._util import ConnectionLog, connection_label, describe, explain, logger, root_cause
+from .errors import ConnectionLost, Ending, EndReason, Lifecycle, MuxerClosed, StreamReset, fresh_copy
+from .reader import Reader
+from .stream import MplexStream
+from .throttle import ReaderThrottle
+from .transport import transport_for
+from .writer import Writer
 
 __all__ = ["Connection"]
 
@@ -270,7 +269,7 @@ class Connection:
             try:
                 await self.close_transport()  # raises Cancelled if run() was cancelled
             finally:
-                # Remote causes at INFO, never WARNING: see mplex._logging.
+                # Remote causes at INFO, never WARNING: see mplex._trio._util.
                 level = logging.DEBUG if self.life.end_reason in _ORDINARY_ENDS else logging.INFO
                 self.log.log(level, "connection ended: %s", describe(self.life.error))
                 self.finished()

@@ -6,8 +6,8 @@ a socket with ``Config.socket_fast_path`` off) through its own ``send_all`` and
 descriptor directly with non-blocking reads and writes.  ``transport_for`` picks one at
 construction.  A new transport is one new module with a subclass of ``Transport``.
 
-The reader task (``mplex._reader``) is the one loop that reads, and the writer
-(``mplex._writer``) the one that writes: only the writer task awaits ``send_all``.
+The reader task (``mplex._trio.reader``) is the one loop that reads, and the writer
+(``mplex._trio.writer``) the one that writes: only the writer task awaits ``send_all``.
 Where a transport can write without waiting (``write_nowait``), a sending task may hand
 it queued bytes on the writer's behalf: the write is synchronous, so nothing can cancel
 it half-way, and whatever it does not take stays queued for the writer, in order.
@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import trio
 
-from .._engine.config import Config
+from ..._engine.config import Config
 from .base import READ_SIZE, Transport
 from .generic import GenericTransport
 from .socket import POSIX_SOCKETS, SocketTransport

@@ -1,4 +1,4 @@
-"""multistream-select over a trio stream: the I/O half of ``mplex._multistream``.
+"""multistream-select over a trio stream: the I/O half of ``mplex._engine.multistream``.
 
 Use it on a fresh connection to agree on ``/mplex/6.7.0`` before handing the
 connection to a ``Muxer``, and on a muxed stream to agree on an application
@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 import trio
 
-from ._engine.multistream import (
+from .._engine.multistream import (
     MAX_PROPOSALS,
     DialerNegotiation,
     ListenerNegotiation,

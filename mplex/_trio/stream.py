@@ -2,7 +2,7 @@
 
 A stream is a handle on the engine's record of it (``StreamRecord``: its state on the
 wire, its directions, its unread data) and talks to its connection only through
-``StreamHost`` (``mplex._host``).  Every byte it sends is appended to the engine's
+``StreamHost`` (``mplex._trio.stream``).  Every byte it sends is appended to the engine's
 outbox as whole frames, synchronously, so two streams' frames never interleave within
 a frame and a cancelled ``send_all`` leaves only whole frames behind; the writer sends
 them in order.  A receiving task with nothing buffered may read the transport itself
@@ -21,21 +21,24 @@ remote Reset            ``receive_some`` returns the buffered data, then raises
                         ``StreamReset``; sends raise ``StreamReset``
 connection lost         like a reset, raising ``ConnectionLost``
 ======================  =====================================================
+
+A stream talks to its connection only through ``StreamHost`` (the driver implements it).
 """
 
 from __future__ import annotations
 
 import operator
-from typing import final
+from typing import Protocol, final
 
 import trio
 
-from ._engine.record import StreamRecord
-from ._engine.states import Direction
-from ._host import StreamHost
-from ._protection import protected, protected_if_free
+from .._engine.outbox import Outbox
+from .._engine.record import StreamRecord
+from .._engine.states import Direction
+from ._util import protected, protected_if_free
 
-__all__ = ["Buffer", "MplexStream"]
+__all__ = ["Buffer", "MplexStream", "StreamHost"]
+
 
 Buffer = bytes | bytearray | memoryview
 #: A delivered piece this large means the stream is taking a bulk transfer (see
@@ -67,6 +70,60 @@ def _byte_buffer(data: object) -> Buffer:
         return view.cast("B")
     except TypeError:  # a shape cast() cannot flatten (a 0-d view, say)
         return view.tobytes()
+
+
+class StreamHost(Protocol):
+    """The calls a stream makes on its connection."""
+
+    #: Where a stream appends its Message frames, whole.
+    outbox: Outbox
+
+    def queued(self, frames: int) -> None:
+        """``frames`` frames were appended to the outbox past its ``wake_at``."""
+
+    async def wait_for_room(self) -> None:
+        """Wait until the outbox may have room (or the stream's situation changed)."""
+
+    def frame_prefix(self, record: StreamRecord, size: int) -> bytes:
+        """The header and length of a Message frame of ``size`` bytes on the stream."""
+
+    def append_frames(self, record: StreamRecord, view: memoryview) -> int:
+        """Append ``view`` to the outbox as Message frames; how many."""
+
+    def direct_writes(self) -> bool:
+        """True if a large send may go to the transport from the sending task at all
+        (the transport writes without waiting, and frames are not being traced)."""
+
+    def write_frames(self, record: StreamRecord, view: memoryview, pos: int) -> int | None:
+        """Frames of ``view[pos:]`` to the transport from the caller's buffer, if
+        nothing is queued or being written now; how far they reach, or None."""
+
+    def flush_now(self) -> None:
+        """Write what is queued now, not when the program next idles."""
+
+    def may_lend(self, *, bulk: bool) -> bool:
+        """True if the stream's receiving task may read the transport itself now."""
+
+    async def receive_for(self, record: StreamRecord) -> None:
+        """One read of the transport in the stream's receiving task (a checkpoint)."""
+
+    def take(self, record: StreamRecord, max_bytes: int | None) -> bytes:
+        """Up to ``max_bytes`` of the stream's unread data (it has some)."""
+
+    def send_close(self, record: StreamRecord) -> bool:
+        """End the stream's sending direction; False if it cannot send."""
+
+    def close(self, record: StreamRecord) -> None:
+        """Close the stream in both directions here."""
+
+    def reset(self, record: StreamRecord) -> None:
+        """Reset the stream and tell the peer."""
+
+    def send_error(self, record: StreamRecord) -> BaseException:
+        """A fresh exception saying why the stream cannot send."""
+
+    def receive_error(self, record: StreamRecord) -> BaseException:
+        """A fresh exception saying why the stream broke."""
 
 
 @final

@@ -25,7 +25,7 @@ from collections.abc import Awaitable, Callable
 import trio
 import trio.testing
 
-from .._idle import wait_for_idle
+from .._util import wait_for_idle
 from .base import READ_SIZE, Transport
 
 __all__ = ["TLS_RECORD", "GenericTransport", "cancel_safe_receive"]

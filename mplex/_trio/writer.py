@@ -43,13 +43,11 @@ from collections.abc import Awaitable, Callable
 
 import trio
 
-from ._engine.engine import Engine
-from ._engine.outbox import NEVER
-from ._engine.record import StreamRecord
-from ._idle import wait_for_idle
-from ._logging import ConnectionLog, logger
-from ._protection import protected
-from ._transport import Transport
+from .._engine.engine import Engine
+from .._engine.outbox import NEVER
+from .._engine.record import StreamRecord
+from ._util import ConnectionLog, logger, protected, wait_for_idle
+from .transport import Transport
 
 __all__ = ["CONTROL_WAIT", "FLUSH_AT", "QUIET", "Writer"]
 

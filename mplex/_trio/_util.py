@@ -1,0 +1,240 @@
+"""The trio layer's small helpers: argument checks, idleness, protection from
+``KeyboardInterrupt``, and log lines that name their connection.
+
+**Argument checks** (``checked_*``, ``require_trio``) run before anything starts, so
+that a wrong argument fails at once with a message naming it, not later as an
+``AttributeError`` deep in a task.
+
+**Idleness** (``wait_for_idle``): the writer gathers a busy program's frames until every
+other task is blocked, and the reader waits for the same moment after lending its read
+turn over the generic path.  trio offers that only as ``trio.testing.
+wait_all_tasks_blocked`` (public API); this is the one place that imports it.  Its cost
+is program-wide only while a task waits in it.
+
+**Protection** (``protected``): a Ctrl-C makes trio raise ``KeyboardInterrupt`` at
+whatever line runs, unless that code is protected; an interrupt between a task's
+noting that it waits and its waiting leaves a task to be woken after it ended, and
+trio then fails with ``TrioInternalError``.  So the muxer's tasks and the methods of
+its streams are protected, as trio's own primitives are.  Since trio 0.28 that marks
+the code and costs nothing per call; trio 0.27 wraps each call (about a microsecond),
+so there ``protected_if_free`` leaves ``send_nowait`` unprotected.
+
+**Logging**: everything goes to the ``mplex`` logger, with the connection's label in
+front.  What remote input causes is logged at DEBUG or INFO, never WARNING: Python
+prints WARNING and above to stderr in every program that never configured logging,
+which would make one line per port scan.  ``FrameTrace`` logs every frame at DEBUG.
+"""
+
+from __future__ import annotations
+
+import inspect
+import itertools
+import logging
+import ssl
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import trio
+from trio.lowlevel import disable_ki_protection, enable_ki_protection
+from trio.testing import wait_all_tasks_blocked
+
+from .._engine.config import Config
+from .._engine.decoder import Decoder, RawFrame
+from .._engine.wire import MAX_MESSAGE_SIZE, Flag
+
+__all__ = [
+    "PROTECTION_IS_FREE",
+    "ConnectionLog",
+    "checked_config",
+    "checked_handler",
+    "checked_transport",
+    "connection_label",
+    "describe",
+    "explain",
+    "logger",
+    "protected",
+    "protected_if_free",
+    "require_trio",
+    "root_cause",
+    "unprotected",
+    "wait_for_idle",
+]
+
+
+#: What a transport must have when it is not a ``trio.abc.Stream`` subclass.
+_STREAM_METHODS = ("send_all", "receive_some", "aclose")
+
+
+def checked_transport(transport: object, name: str = "transport_stream") -> trio.abc.Stream:
+    """``transport`` if it is a ``trio.abc.Stream`` (or has its three methods, as
+    trio's own wrappers accept); ``TypeError`` otherwise."""
+    if isinstance(transport, trio.abc.Stream) or all(
+        callable(getattr(transport, method, None)) for method in _STREAM_METHODS
+    ):
+        return transport  # type: ignore[return-value]
+    raise TypeError(
+        f"{name} must be a trio.abc.Stream (trio.SocketStream, trio.SSLStream, ...), "
+        f"not {type(transport).__name__}"
+    )
+
+
+def checked_config(config: object) -> Config:
+    """``config``, or the defaults for None; ``TypeError`` for anything but a ``Config``."""
+    if config is None:
+        return Config()
+    if not isinstance(config, Config):
+        hint = " (build one with mplex.Config(**settings))" if isinstance(config, dict) else ""
+        raise TypeError(f"config must be an mplex.Config or None, not {type(config).__name__}{hint}")
+    return config
+
+
+def checked_handler(handler: object) -> Any:
+    """``handler`` if it is an async function (``async def``, a ``functools.partial`` of
+    one, or an object whose ``__call__`` is one); ``TypeError`` otherwise."""
+    if inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(
+        getattr(handler, "__call__", None)  # noqa: B004  (an async __call__ method)
+    ):
+        return handler
+    what = type(handler).__name__ if not callable(handler) else f"the plain function {handler!r}"
+    raise TypeError(f"handler must be an async function (async def handler(stream): ...), not {what}")
+
+
+def require_trio(what: str) -> None:
+    """Raise a ``RuntimeError`` that says so when ``what`` is used outside ``trio.run``
+    (from asyncio, say), instead of trio's internal ``AttributeError``."""
+    try:
+        trio.lowlevel.current_task()
+    except RuntimeError:
+        raise RuntimeError(
+            f"{what} needs trio: it was called outside trio.run() (from asyncio, or with no "
+            "event loop running); mplex is a trio library"
+        ) from None
+
+
+#: ``await wait_for_idle()`` returns once every other task is blocked.
+wait_for_idle: Callable[[], Awaitable[None]] = wait_all_tasks_blocked
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _probe() -> None:
+    """A function for trio to mark, to find how it protects."""
+
+
+#: True where trio protects a function by marking its code (0.28 and later), not
+#: by wrapping it.
+PROTECTION_IS_FREE: bool = enable_ki_protection(_probe) is _probe
+
+
+def protected(function: F) -> F:
+    """``function`` (an async or plain function or method) never has a
+    ``KeyboardInterrupt`` raised inside it or in what it calls."""
+    return enable_ki_protection(function)
+
+
+def protected_if_free(function: F) -> F:
+    """Like ``protected`` where that costs nothing per call; as it is otherwise."""
+    return enable_ki_protection(function) if PROTECTION_IS_FREE else function
+
+
+def unprotected(function: F) -> F:
+    """``function`` and what it calls (the program's code: a handler) can be interrupted
+    by ``KeyboardInterrupt`` however protected its callers are."""
+    return disable_ki_protection(function)
+
+
+logger = logging.getLogger("mplex")
+
+_connection_numbers = itertools.count(1)
+
+
+class ConnectionLog(logging.LoggerAdapter):  # type: ignore[type-arg]
+    """The ``mplex`` logger, with a connection's label in front of every message."""
+
+    def __init__(self, label: str) -> None:
+        super().__init__(logger, {"connection": label})
+        self._prefix = f"[{label}] "
+
+    def process(self, msg: Any, kwargs: Any) -> tuple[Any, Any]:
+        return f"{self._prefix}{msg}", kwargs
+
+    def trace(self, direction: str, frames: list[RawFrame]) -> None:
+        """Log frames at DEBUG (received Message frames of one stream arrive merged)."""
+        for header, body in frames:
+            flag = header & 7
+            name = Flag(flag).name if flag != 7 else "flag 7"
+            side = "acceptor" if flag & 1 else "opener"
+            self.debug("%s stream %d (%s) %s %d bytes", direction, header >> 3, side, name, len(body))
+
+    def trace_sent(self, data: bytearray, skip: int) -> None:
+        """Trace the frames in ``data`` after its first ``skip`` bytes (the rest of a
+        frame that a direct write began; -1: not known).  Never raises: the muxer's
+        writer must not fail because of its own logging."""
+        try:
+            if skip < 0:
+                self.debug("send %d bytes (resuming frames written directly)", len(data))
+                return
+            if skip:
+                self.debug("send %d bytes (the rest of a frame written directly)", skip)
+            self.trace("send", Decoder(MAX_MESSAGE_SIZE).feed_raw(memoryview(data)[skip:]))
+        except Exception as exc:
+            self.debug("send %d bytes (not traced: %r)", len(data), exc)
+
+
+def connection_label(transport: trio.abc.Stream) -> str:
+    """``#N`` (N counts the connections of this process) and the peer's address when
+    the transport is a socket, or TLS over one."""
+    label = f"#{next(_connection_numbers)}"
+    inner: object = transport
+    while isinstance(inner, trio.SSLStream):
+        inner = inner.transport_stream
+    if not isinstance(inner, trio.SocketStream):
+        return label
+    try:
+        address = inner.socket.getpeername()
+    except OSError:
+        return label
+    if isinstance(address, tuple) and len(address) >= 2:
+        host, port = str(address[0]), address[1]
+        return f"{label} [{host}]:{port}" if ":" in host else f"{label} {host}:{port}"
+    return f"{label} {address}"
+
+
+def describe(error: BaseException | None) -> str:
+    """``error`` and, in plain words, the root of its cause chain, for a log line or a
+    message: "the transport failed while receiving: TLS: certificate verify failed
+    (unable to get local issuer certificate)" rather than the ``BrokenResourceError``
+    in between."""
+    if error is None:
+        return "still running"
+    root = root_cause(error)
+    text = str(error) or type(error).__name__
+    if root is error:
+        return text
+    detail = explain(root)
+    return text if (str(root) and str(root) in text) or text.endswith(detail) else f"{text}: {detail}"
+
+
+def root_cause(error: BaseException) -> BaseException:
+    """The last exception of ``error``'s cause chain (the ``ssl`` error under trio's
+    ``BrokenResourceError``, say); ``error`` itself if it has no cause."""
+    root, seen = error, {id(error)}
+    while root.__cause__ is not None and id(root.__cause__) not in seen:
+        root = root.__cause__
+        seen.add(id(root))
+    return root
+
+
+def explain(exc: BaseException) -> str:
+    """One exception in plain words: TLS errors by what failed, OS errors by their
+    ``strerror``, anything else as ``Type: message``."""
+    if isinstance(exc, ssl.SSLCertVerificationError):
+        return f"TLS: certificate verify failed ({exc.verify_message})"
+    if isinstance(exc, ssl.SSLError):
+        reason = (exc.reason or "").replace("_", " ").lower()
+        return f"TLS: {reason}" if reason else f"TLS: {exc}"
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
