@@ -1,36 +1,36 @@
-"""The input half of the protocol engine (sans-IO): ``Inbound``, which ``Engine``
-extends.
+"""The per-frame input path of a protocol connection (sans-IO): ``Inbound``.
 
-What the transport delivered goes in (``receive``, ``absorb``, ``resume``): the decoder
-turns it into frames, and each frame is acted on: data to its stream's unread buffer
-(waking its receiver), a NewStream to the accept backlog or refused, a Close or a
-Reset to the stream's state, and frames nobody can use counted against the abuse
-budgets.  The per-frame path lives here; the stream table, the program's actions and
-the rules they share (``_changed``, ``_control``, ...) are ``Engine``'s.
+What the transport delivered goes in (``receive``, ``resume``): the decoder turns it
+into frames, and each frame is acted on: data to its stream's unread buffer (waking
+its receiver), a NewStream to the accept backlog or refused, a Close or a Reset to the
+stream's state, and frames nobody can use counted against the abuse budgets.  The
+input state (the decoder, frames held back for the next step, views of the last
+input) is this object's; the streams and the rules every change follows belong to the
+``Connection`` that drives it, which hands itself to each call (so the two never
+refer to each other).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from typing import Protocol
 
 from .budget import AbuseBudgets
 from .config import Config
 from .decoder import Decoder, RawFrame
 from .errors import ProtocolError
 from .record import Broken, StreamRecord
-from .states import TRANSITIONS, Direction, StreamEvent, StreamState, Verdict
+from .states import Direction, StreamEvent, StreamState, Verdict
 from .stats import Counters
 from .table import StreamTable
 from .unread import ReceiveBuffer, UnreadAccount
 from .wire import Flag
 
-__all__ = ["ARRIVALS_PER_STEP", "HAND_ON_SIZE", "Inbound"]
+__all__ = ["ARRIVALS_PER_STEP", "HAND_ON_SIZE", "FrameTrace", "Inbound", "StreamRules"]
 
 _NEW_STREAM = int(Flag.NEW_STREAM)
 _MESSAGE_INITIATOR = int(Flag.MESSAGE_INITIATOR)
 _RESET_RECEIVER = int(Flag.RESET_RECEIVER)
 _OK = Verdict.OK
-_RECV_CLOSE = StreamEvent.RECV_CLOSE
 _OPEN, _ENDED, _RESET = Direction.OPEN, Direction.ENDED, Direction.RESET
 _LOST, _CLOSED = Direction.LOST, Direction.CLOSED
 #: States whose direction from the peer is still open on the wire.
@@ -50,34 +50,54 @@ ARRIVALS_PER_STEP = 32
 HAND_ON_SIZE = 64 * 1024
 
 
-class Inbound:
-    """The engine's input side: see the module docstring.  ``Engine`` sets up the
-    state named below and defines the rules named after it."""
+class FrameTrace(Protocol):
+    """Where received frames are traced (the layer above's log), given at construction."""
 
-    config: Config
-    decoder: Decoder
+    def active(self) -> bool:
+        """True while frames are traced (asked once per input)."""
+
+    def received(self, frames: list[RawFrame]) -> None:
+        """Frames decoded from one input (a stream's adjacent Message frames merged)."""
+
+    def received_body(self, header: int, size: int) -> None:
+        """``size`` bytes of the body of the frame ``header``, handed on before it ended."""
+
+
+class StreamRules(Protocol):
+    """What the input path uses of its connection (``Connection``): the streams, the
+    accounts, and the rules every change of a stream follows."""
+
     streams: dict[int, StreamRecord]
     table: StreamTable
     budgets: AbuseBudgets
     counters: Counters
     unread: UnreadAccount[StreamRecord]
-    woken: list[StreamRecord]
-    arrived: bool
     may_send: bool
-    _apply: Callable[[StreamRecord, StreamEvent], Verdict]
-    _break: Callable[[StreamRecord, Broken, Direction], None]
-    _changed: Callable[[StreamRecord], None]
-    _control: Callable[[int, Flag], None]
-    _send_reset: Callable[[StreamRecord], None]
-    reset_by_policy: Callable[[StreamRecord], bool]
 
-    def __init__(self) -> None:
+    def apply(self, record: StreamRecord, event: StreamEvent) -> Verdict: ...
+    def break_stream(self, record: StreamRecord, why: Broken, how: Direction) -> None: ...
+    def changed(self, record: StreamRecord) -> None: ...
+    def wake(self, record: StreamRecord) -> None: ...
+    def arrived(self, record: StreamRecord) -> None: ...
+    def send_reset(self, record: StreamRecord) -> None: ...
+    def control(self, stream_id: int, flag: Flag, body: bytes = b"") -> None: ...
+    def reset_by_policy(self, record: StreamRecord) -> bool: ...
+
+
+class Inbound:
+    """The input state of one connection: see the module docstring."""
+
+    def __init__(self, config: Config, trace: FrameTrace | None) -> None:
+        self._config = config
+        #: Decodes the input, at most ``Config.frames_per_yield`` frames per step.
+        self._decoder = Decoder(
+            config.max_message_size, coalesce=True, frames_per_feed=config.frames_per_yield, views=True
+        )
+        self._trace = trace
         #: Frames of the last input held back for ``resume`` (``ARRIVALS_PER_STEP``).
         self._held: list[RawFrame] = []
-        #: While True, the frames of each input are kept in ``traced`` (for a log of
-        #: every frame): the layer above sets it and empties the list.
-        self.tracing = False
-        self.traced: list[RawFrame] = []
+        #: True while the frames of the current input are traced.
+        self._tracing = False
         #: Buffers handed a view of the last input (the decoder's ``views``): before
         #: the next input, those that still hold one get a copy of it instead.
         self._viewing: list[ReceiveBuffer] = []
@@ -86,45 +106,59 @@ class Inbound:
     def pending(self) -> bool:
         """True while part of the last input waits for ``resume`` (``frames_per_yield``,
         ``ARRIVALS_PER_STEP``)."""
-        return self.decoder.pending or bool(self._held)
+        return self._decoder.pending or bool(self._held)
 
-    def absorb(self, data: bytes | bytearray) -> bool:
+    @property
+    def frames_decoded(self) -> int:
+        return self._decoder.frames_decoded
+
+    def input_cut(self) -> int:
+        """Bytes of an unfinished frame when the input ended (0: a clean end)."""
+        return self._decoder.buffered
+
+    def receive(self, conn: StreamRules, data: bytes | bytearray, now: float) -> None:
+        """Take what the transport delivered (see ``Connection.receive_data``)."""
+        if self._viewing:
+            self._release_views()
+        if not data:
+            return  # the end of the input: the layer above asks ``input_cut``
+        if type(data) is not bytes:
+            data = bytes(data)  # once, for the decoder and for a stream handed a piece
+        trace = self._trace
+        self._tracing = trace is not None and trace.active()
+        conn.counters.bytes_received += len(data)
+        if not self._held and self._continues_body(conn, data):
+            return
+        while self.pending:  # the rest of an earlier input comes first
+            self.resume(conn, now)
+        try:
+            frames = self._decoder.feed_raw(data)
+        except ProtocolError as exc:
+            self._decoded(conn, exc.decoded, now)
+            while self._held:  # every frame before the offending one is acted on
+                self.resume(conn, now)
+            raise
+        self._decoded(conn, frames, now)
+
+    def _continues_body(self, conn: StreamRules, data: bytes) -> bool:
         """Take ``data`` if it only continues the body of the frame in progress: to its
         stream as it is if it is ``HAND_ON_SIZE`` or more and the stream receives (no
         copy, no wait for the frame's end); else kept until the frame is complete.
-        The first engine call for every input that ``keep`` did not take (``receive``
-        starts here too), so it first lets go of the last input (``_release_views``);
-        ``keep`` takes nothing while views of the last input are held."""
-        if self._viewing:
-            self._release_views()
-        if self._held:
-            return False  # held frames come first
-        decoder = self.decoder
-        if len(data) >= HAND_ON_SIZE and not self.tracing:
+        The middle of a large frame: nothing for the layer above to act on."""
+        decoder = self._decoder
+        if len(data) >= HAND_ON_SIZE:
             header = decoder.body_header(data)  # -1 (flag 7) if it does not continue a body
-            if 0 < header & 7 <= _MESSAGE_INITIATOR and type(data) is bytes:
-                record = self.streams.get((header >> 3) << 1 | (header & 1))
+            if 0 < header & 7 <= _MESSAGE_INITIATOR:
+                record = conn.streams.get((header >> 3) << 1 | (header & 1))
                 if record is not None and record.can_receive:
                     kept = decoder.pass_on(data)
                     if kept:
-                        self._deliver(record, kept)
-                    self._deliver(record, data)
-                    self.counters.bytes_received += len(data)
+                        self._deliver(conn, record, kept)
+                    self._deliver(conn, record, data)
+                    if self._tracing:
+                        self._trace.received_body(header, len(data) + len(kept or b""))  # type: ignore[union-attr]
                     return True
-        if not decoder.absorb(data):
-            return False  # it completes the frame, or is no body: feed it
-        self.counters.bytes_received += len(data)
-        return True
-
-    def keep(self, data: bytes | bytearray) -> bool:
-        """``absorb`` where it changes nothing the layer above acts on: keep ``data``
-        if it only continues the body in progress, is too short to hand on, and the
-        last input holds nothing back; else return False (then ``absorb``).  The
-        middle of a large frame over TLS, one 16 KiB record after another."""
-        if self._viewing or self._held or len(data) >= HAND_ON_SIZE or not self.decoder.absorb(data):
-            return False
-        self.counters.bytes_received += len(data)
-        return True
+        return decoder.absorb(data)  # False: it completes the frame, or is no body
 
     def _release_views(self) -> None:
         """Give every buffer still holding a view of the last input a copy instead, so
@@ -133,48 +167,24 @@ class Inbound:
             buffer.own()
         self._viewing.clear()
 
-    def receive(self, data: bytes | bytearray, now: float) -> None:
-        """Take what the transport delivered (not its end: see ``input_cut``).  Raises
-        ``ProtocolError`` when it breaks the protocol or a budget, after acting on the
-        frames before the offending one."""
-        if type(data) is not bytes:
-            data = bytes(data)  # once, for the decoder and for a stream handed a piece
-        if self.absorb(data):
-            return
-        self.counters.bytes_received += len(data)
-        decoder = self.decoder
-        while self.pending:  # the rest of an earlier input comes first
-            self.resume(now)
-        try:
-            frames = decoder.feed_raw(data)
-        except ProtocolError as exc:
-            self._decoded(exc.decoded, now)
-            while self._held:  # every frame before the offending one is acted on
-                self.resume(now)
-            raise
-        self._decoded(frames, now)
-
-    def resume(self, now: float) -> None:
+    def resume(self, conn: StreamRules, now: float) -> None:
         """The next part of an input left ``pending``: the frames held back after
         ``ARRIVALS_PER_STEP`` new streams, or the next ``Config.frames_per_yield``."""
         if self._held:
             frames, self._held = self._held, []
-            self._dispatch(frames, now)
+            self._dispatch(conn, frames, now)
         else:
-            self._decoded(self.decoder.resume_raw(), now)
+            self._decoded(conn, self._decoder.resume_raw(), now)
 
-    def _decoded(self, frames: list[RawFrame], now: float) -> None:
+    def _decoded(self, conn: StreamRules, frames: list[RawFrame], now: float) -> None:
         """Frames fresh from the decoder (held frames were traced already)."""
-        if self.tracing:
-            self.traced.extend(frames)
-        self._dispatch(frames, now)
+        if self._tracing:
+            self._trace.received(frames)  # type: ignore[union-attr]
+        self._dispatch(conn, frames, now)
 
-    def input_cut(self) -> int:
-        """Bytes of an unfinished frame when the input ended (0: a clean end)."""
-        return self.decoder.buffered
-
-    def _dispatch(self, frames: list[RawFrame], now: float) -> None:
-        streams = self.streams
+    def _dispatch(self, conn: StreamRules, frames: list[RawFrame], now: float) -> None:
+        streams = conn.streams
+        budgets = conn.budgets
         arrivals = 0
         rest = iter(frames)
         for header, body in rest:
@@ -182,13 +192,13 @@ class Inbound:
             record = streams.get((header >> 3) << 1 | (header & 1))
             if 0 < flag <= _MESSAGE_INITIATOR:
                 if not body:  # ignored on receipt (spec 5.9): nothing to store or wake
-                    self.budgets.ignored.spend(now)
+                    budgets.ignored.spend(now)
                 elif record is not None and record.can_receive:
-                    self._deliver(record, body)
-                elif record is None or not self._late_data(record):
-                    self._dropped(header, record, now)
+                    self._deliver(conn, record, body)
+                elif record is None or not self._late_data(conn, record):
+                    self._dropped(conn, header, record, now)
             elif flag == _NEW_STREAM:
-                self._new_stream(header >> 3, body, now)
+                self._new_stream(conn, header >> 3, body, now)
                 arrivals += 1
                 if arrivals == ARRIVALS_PER_STEP:
                     self._held = list(rest)  # for the next step (see ARRIVALS_PER_STEP)
@@ -196,87 +206,85 @@ class Inbound:
             else:
                 reset = flag >= _RESET_RECEIVER
                 if reset:
-                    self.counters.resets_received += 1
-                    self.budgets.reset.spend(now)
+                    conn.counters.resets_received += 1
+                    budgets.reset.spend(now)
                 if record is None:
-                    self._dropped(header, record, now)
-                elif not (self._remote_reset(record) if reset else self._remote_close(record)):
-                    self.counters.frames_dropped += 1
-                    self.budgets.ignored.spend(now)  # a repeated Close
+                    self._dropped(conn, header, record, now)
+                elif not (self._remote_reset(conn, record) if reset else self._remote_close(conn, record)):
+                    conn.counters.frames_dropped += 1
+                    budgets.ignored.spend(now)  # a repeated Close
 
-    def _deliver(self, record: StreamRecord, body: bytes | memoryview) -> None:
+    def _deliver(self, conn: StreamRules, record: StreamRecord, body: bytes | memoryview) -> None:
         unread = record.unread
         unread.append(body)
         if type(body) is memoryview:
             self._viewing.append(unread)
-        account = self.unread
+        account = conn.unread
         account.total += len(body)
         record.last_delivery = len(body)
         if record.waiter is not None:
-            self.woken.append(record)
+            conn.wake(record)
         if unread.size > account.max_stream:
-            if self.config.slow_reader_policy == "reset":
-                self.reset_by_policy(record)
+            if self._config.slow_reader_policy == "reset":
+                conn.reset_by_policy(record)
             else:
                 account.overfull.add(record)
 
-    def _late_data(self, record: StreamRecord) -> bool:
+    def _late_data(self, conn: StreamRules, record: StreamRecord) -> bool:
         """Data for a stream that does not receive: if we closed it here, ask the peer
         to stop (once) and return True; else False (the frame is dropped)."""
         if record.receiving is not _CLOSED:
             return False
         if record.state in _RECEIVABLE:
-            self._send_reset(record)
-            self._changed(record)
+            conn.send_reset(record)
+            conn.changed(record)
         return True
 
-    def _remote_close(self, record: StreamRecord) -> bool:
+    def _remote_close(self, conn: StreamRules, record: StreamRecord) -> bool:
         """The peer's Close; False if it meant nothing (a repeat)."""
-        record.state, verdict = TRANSITIONS[(record.state, _RECV_CLOSE)]  # _apply, inlined
-        if verdict is not _OK:
+        if conn.apply(record, StreamEvent.RECV_CLOSE) is not _OK:
             return False
-        if record.receiving is _OPEN:  # end_direction(receiving, ENDED), inlined
+        if record.receiving is _OPEN:
             record.receiving = _ENDED
-        self._changed(record)
+        conn.changed(record)
         return True
 
-    def _remote_reset(self, record: StreamRecord) -> bool:
+    def _remote_reset(self, conn: StreamRules, record: StreamRecord) -> bool:
         """The peer's Reset; False if it meant nothing (the stream had finished)."""
-        if self._apply(record, StreamEvent.RECV_RESET) is not _OK:
+        if conn.apply(record, StreamEvent.RECV_RESET) is not _OK:
             return False
-        self._break(record, Broken.PEER_RESET, _RESET)
+        conn.break_stream(record, Broken.PEER_RESET, _RESET)
         return True
 
-    def _dropped(self, header: int, record: StreamRecord | None, now: float) -> None:
+    def _dropped(self, conn: StreamRules, header: int, record: StreamRecord | None, now: float) -> None:
         """A frame nobody can use.  On a live stream (data after the peer's Close) it
         changed nothing.  Late frames for a stream that finished are expected (they
         crossed our close or reset) but change nothing either: both are spent from
         ``budgets.ignored``, so a peer cannot flood a stream, finished or not, for
         free.  Frames for a stream that never existed are spent from ``budgets.unknown``."""
-        self.counters.frames_dropped += 1
-        if record is not None or self.table.finished(header):
-            self.budgets.ignored.spend(now)
+        conn.counters.frames_dropped += 1
+        if record is not None or conn.table.finished(header):
+            conn.budgets.ignored.spend(now)
         else:
-            self.budgets.unknown.spend(now)
+            conn.budgets.unknown.spend(now)
 
-    def _new_stream(self, stream_id: int, name: bytes | memoryview, now: float) -> None:
+    def _new_stream(self, conn: StreamRules, stream_id: int, name: bytes | memoryview, now: float) -> None:
         """The peer opens ``stream_id``: to the backlog, or refused with a Reset when a
         stream limit or the backlog is full.  A second NewStream for a stream the peer
         has open is a ``ProtocolError``."""
         key = stream_id << 1
-        if key in self.streams:
+        if key in conn.streams:
             raise ProtocolError(f"NewStream for stream {stream_id}, which the peer already has open")
-        config, table = self.config, self.table
+        config, table = self._config, conn.table
         if table.inbound >= config.max_inbound_streams or len(table.backlog) >= config.accept_backlog:
-            self.budgets.refused.spend(now)
+            conn.budgets.refused.spend(now)
             table.remember(key)
-            self.counters.streams_refused += 1
-            self._control(stream_id, Flag.RESET_RECEIVER)
+            conn.counters.streams_refused += 1
+            conn.control(stream_id, Flag.RESET_RECEIVER)
             return
         # (only Message bodies come out as views, but the decoder's type says either)
         record = StreamRecord(stream_id, bytes(name[: config.max_stream_name_size]), is_initiator=False)
-        if not self.may_send:
+        if not conn.may_send:
             record.sending = _LOST
             record.refresh()
-        table.add_theirs(record)
-        self.arrived = True
+        conn.arrived(record)

@@ -2,22 +2,16 @@
 
 Every frame the connection sends is appended to ``buffer``, one bytearray, whole and
 synchronously: a frame is queued entirely or not at all, so cancellation can never
-split one, and two streams' frames never interleave within a frame.  The trio layer's
-writer takes everything queued in one piece and writes it with one transport write.
-
-``wake_at`` and ``gathering`` belong to the writer's flush policy (``mplex._trio.writer``),
-which keeps them here so that a sender's hot path reads one object: append, then
-``if len(buffer) >= wake_at:`` tell the writer.
+split one, and two streams' frames never interleave within a frame.  The layer above
+takes what is queued (``take``) and tells what left (``sent``, ``sent_part``,
+``sent_directly``); only the outbox's own methods change it.
 """
 
 from __future__ import annotations
 
-import sys
+from .wire import Encoder
 
-__all__ = ["NEVER", "Outbox"]
-
-#: A ``wake_at`` no buffer reaches.
-NEVER = sys.maxsize
+__all__ = ["Outbox"]
 
 
 class Outbox:
@@ -29,14 +23,13 @@ class Outbox:
         "bytes_sent_without_copy",
         "control",
         "frames",
-        "gathering",
         "high_water",
-        "trace_skip",
-        "wake_at",
+        "starts_at_frame",
     )
 
     def __init__(self, high_water: int) -> None:
-        #: Encoded frames, appended whole.
+        #: Encoded frames, appended whole: through the methods below, or by a small
+        #: send's two in-place ``+=`` (prefix, body), which never replace the object.
         self.buffer = bytearray()
         #: Queued bytes from which senders wait (``Config.send_high_water``).
         self.high_water = high_water
@@ -49,19 +42,37 @@ class Outbox:
         #: Bytes of control frames (NewStream, Close, Reset) in ``buffer``: what the
         #: reader pauses for (a peer that never reads must not grow the queue).
         self.control = 0
-        #: Bytes at the start of ``buffer`` that finish a frame a direct write began
-        #: (-1: not known), so that tracing never parses what is not a frame.
-        self.trace_skip = 0
-        #: A sender that makes ``len(buffer)`` reach this tells the writer (see the
-        #: module docstring).
-        self.wake_at = 0
-        #: True while the writer gathers a busy program's frames until it idles.
-        self.gathering = False
+        #: False while ``buffer`` starts inside a frame, the rest of one a write cut
+        #: short (a frame trace parses only from a frame's start).
+        self.starts_at_frame = True
 
     @property
     def has_room(self) -> bool:
         """True while less than ``high_water`` bytes are queued."""
         return len(self.buffer) < self.high_water
+
+    # -- queuing --------------------------------------------------------------------------------
+
+    def append_frame(self, prefix: bytes, body: bytes | bytearray | memoryview) -> int:
+        """Queue one Message frame, ``prefix`` then ``body``; the bytes now queued.
+        (Every small send comes here: ``prefix`` is the caller's cached one.)"""
+        buffer = self.buffer
+        buffer += prefix
+        buffer += body
+        self.frames += 1
+        return len(buffer)
+
+    def append_frames(self, encoder: Encoder, stream_id: int, flag: int, data: memoryview) -> int:
+        """Queue ``data`` as Message frames of at most the encoder's frame size; how many."""
+        count = encoder.append(self.buffer, stream_id, flag, data)  # type: ignore[arg-type]
+        self.frames += count
+        return count
+
+    def count_frames(self, count: int) -> None:
+        """``count`` frames that a sender appended to ``buffer`` itself, with one
+        ``+=`` for the prefix and one for the body (the small-send path of the layer
+        above, which counts them and hands the count over here)."""
+        self.frames += count
 
     def append_control(self, frame: bytes) -> None:
         """Queue a control frame (it goes out whatever the queue holds)."""
@@ -69,38 +80,62 @@ class Outbox:
         self.control += len(frame)
         self.frames += 1
 
-    def take(self) -> tuple[bytearray, int]:
-        """Everything queued, and how many of its first bytes finish a frame a direct
-        write began; the outbox is empty afterwards."""
-        data, skip = self.buffer, self.trace_skip
+    # -- taking and sending -------------------------------------------------------------------
+
+    def take(self) -> tuple[bytearray, bool]:
+        """Everything queued, and whether it starts at a frame; the outbox is empty
+        afterwards."""
+        data, at_frame = self.buffer, self.starts_at_frame
         self.buffer = bytearray()
         self.control = 0
-        self.trace_skip = 0
-        return data, skip
+        self.starts_at_frame = True  # an empty queue ends with a whole frame
+        return data, at_frame
 
-    def take_whole(self, unit: int) -> tuple[bytearray, int]:
+    def take_whole(self, unit: int) -> tuple[bytearray, bool]:
         """Like ``take``, but a whole number of ``unit`` bytes when that is some but not
         all of what is queued: the rest stays queued, first."""
         buffer = self.buffer
         size = len(buffer) - len(buffer) % unit
         if not size or size == len(buffer):
             return self.take()
-        skip = self.trace_skip
+        at_frame = self.starts_at_frame
         self.buffer = buffer[size:]  # the short rest is copied, not the batch
         del buffer[size:]
-        self.trace_skip = -1  # the rest starts inside some frame
+        self.starts_at_frame = False  # the rest starts inside some frame
         self.control = min(self.control, len(self.buffer))
-        return buffer, skip
+        return buffer, at_frame
 
     def clear(self) -> None:
         """Drop everything queued (nothing more can be sent)."""
         self.take()
 
+    def sent(self, count: int) -> None:
+        """``count`` bytes that ``take`` handed out reached the transport."""
+        self.bytes_sent += count
+
     def sent_part(self, count: int) -> None:
-        """The first ``count`` bytes of ``buffer`` left from the sending task."""
+        """The first ``count`` bytes of ``buffer`` reached the transport from the
+        sending task (the rest stays queued)."""
         self.bytes_sent += count
         if count == len(self.buffer):
             self.take()
         elif count:
             del self.buffer[:count]
-            self.trace_skip = -1  # the buffer now starts inside some frame
+            self.starts_at_frame = False
+
+    def sent_directly(self, count: int, frames: int) -> None:
+        """``frames`` frames (``count`` bytes of them) went to the transport from the
+        caller's buffer, never queued; ``queue_unsent`` queues the rest of the last."""
+        self.bytes_sent += count
+        self.bytes_sent_without_copy += count
+        self.frames += frames
+
+    def queue_unsent(self, head: bytes, body: memoryview, sent: int) -> None:
+        """Queue what a direct write left of one frame: ``sent`` bytes of ``head`` then
+        ``body`` went (queued only while nothing else is)."""
+        buffer = self.buffer
+        if sent < len(head):
+            buffer += head[sent:]
+        buffer += body[max(0, sent - len(head)) :]
+        if sent:
+            self.starts_at_frame = False

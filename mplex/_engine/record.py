@@ -37,7 +37,7 @@ _RECEIVER_FLAG = {flag: Flag(flag - 1) for flag in Flag if flag and not flag & 1
 
 class StreamRecord:
     """The engine's record of one stream (its fields are the engine's to change; the
-    trio layer reads them, and parks a waiting receiver in ``waiter``)."""
+    layer above reads them, and parks a waiting receiver with ``park``)."""
 
     __slots__ = (
         "broken",
@@ -81,8 +81,18 @@ class StreamRecord:
         self.last_delivery = 0
         #: The flag of the Message frames this side sends on the stream.
         self.data_flag = Flag.MESSAGE_INITIATOR if is_initiator else Flag.MESSAGE_RECEIVER
-        #: The trio layer's task waiting in ``receive_some`` for this stream, or None.
+        #: The layer above's task waiting in ``receive_some`` for this stream, or None.
         self.waiter: object | None = None
+
+    def park(self, task: object) -> None:
+        """``task`` waits for this stream's data or end: the engine hands it back in
+        ``Notice.woken`` when either comes."""
+        self.waiter = task
+
+    def unpark(self) -> object | None:
+        """The task parked here (it no longer waits), or None."""
+        task, self.waiter = self.waiter, None
+        return task
 
     def flag(self, initiator_flag: Flag) -> Flag:
         """The flag this side sends: the initiator's (even) one, or the receiver's."""

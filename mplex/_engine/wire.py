@@ -23,6 +23,7 @@ __all__ = [
     "Encoder",
     "Flag",
     "Frame",
+    "frame_prefix",
     "name_bytes",
 ]
 
@@ -79,6 +80,13 @@ class Frame(NamedTuple):
         return self.stream_id << 3 | self.flag
 
 
+def frame_prefix(stream_id: int, flag: int, size: int) -> bytes:
+    """What goes before a frame's body: its header and length varints.  The one place a
+    frame's prefix is made; the caller vouches for the ranges (``Encoder`` checks them
+    for callers that cannot)."""
+    return encode_uvarint(stream_id << 3 | flag) + encode_uvarint(size)
+
+
 class Encoder:
     """Turns mplex messages into wire bytes.
 
@@ -98,7 +106,7 @@ class Encoder:
             raise ValueError(f"stream id out of range: {stream_id}")
         if len(data) > self.frame_size:
             raise ValueError(f"{len(data)} bytes do not fit one frame of {self.frame_size}")
-        return encode_uvarint(stream_id << 3 | flag) + encode_uvarint(len(data)) + data
+        return frame_prefix(stream_id, flag, len(data)) + data
 
     def prefix(self, stream_id: int, flag: Flag, size: int) -> bytes:
         """The header and length varints of a frame of ``size`` body bytes: what goes
@@ -108,7 +116,7 @@ class Encoder:
             raise ValueError(f"stream id out of range: {stream_id}")
         if not 0 <= size <= self.frame_size:
             raise ValueError(f"{size} bytes do not fit one frame of {self.frame_size}")
-        return encode_uvarint(stream_id << 3 | flag) + encode_uvarint(size)
+        return frame_prefix(stream_id, flag, size)
 
     def append(self, out: bytearray, stream_id: int, flag: Flag, data: bytes | bytearray | memoryview) -> int:
         """Append ``data`` to ``out`` as whole frames of at most ``frame_size`` bytes

@@ -44,7 +44,10 @@ from .._engine.wire import MAX_MESSAGE_SIZE, Flag
 
 __all__ = [
     "PROTECTION_IS_FREE",
+    "Buffer",
     "ConnectionLog",
+    "FrameTracer",
+    "byte_buffer",
     "checked_config",
     "checked_handler",
     "checked_transport",
@@ -97,6 +100,29 @@ def checked_handler(handler: object) -> Any:
         return handler
     what = type(handler).__name__ if not callable(handler) else f"the plain function {handler!r}"
     raise TypeError(f"handler must be an async function (async def handler(stream): ...), not {what}")
+
+
+#: What ``send_all`` and ``send_nowait`` take.
+Buffer = bytes | bytearray | memoryview
+
+
+def byte_buffer(data: object) -> Buffer:
+    """``data``, any object with the buffer protocol, as a flat buffer whose ``len()`` is
+    its byte count (as ``trio.SocketStream.send_all`` takes it); ``TypeError`` otherwise."""
+    if isinstance(data, bytes | bytearray):
+        return data
+    try:
+        view = memoryview(data)  # type: ignore[arg-type]
+    except TypeError:
+        raise TypeError(f"data must be a bytes-like object, not {type(data).__name__}") from None
+    if not view.c_contiguous:
+        return view.tobytes()
+    if view.ndim == 1 and view.itemsize == 1:
+        return view
+    try:
+        return view.cast("B")
+    except TypeError:  # a shape cast() cannot flatten (a 0-d view, say)
+        return view.tobytes()
 
 
 def require_trio(what: str) -> None:
@@ -159,27 +185,64 @@ class ConnectionLog(logging.LoggerAdapter):  # type: ignore[type-arg]
     def process(self, msg: Any, kwargs: Any) -> tuple[Any, Any]:
         return f"{self._prefix}{msg}", kwargs
 
-    def trace(self, direction: str, frames: list[RawFrame]) -> None:
-        """Log frames at DEBUG (received Message frames of one stream arrive merged)."""
+
+class FrameTracer:
+    """Every frame a connection receives and sends, logged at DEBUG; nothing otherwise.
+
+    It is the protocol's ``FrameTrace`` (given at construction), and the writer tells it
+    every byte that leaves, wherever it was written (``sent``), so turning DEBUG on
+    changes what is logged, never how or what is sent.  Sent bytes are decoded again
+    as they go, so a frame split across writes is traced once, whole.
+    """
+
+    __slots__ = ("_log", "_sent")
+
+    def __init__(self, log: ConnectionLog) -> None:
+        self._log = log
+        #: Decodes what left since tracing began at a frame's start; None while not tracing.
+        self._sent: Decoder | None = None
+
+    def active(self) -> bool:
+        return logger.isEnabledFor(logging.DEBUG)
+
+    def received(self, frames: list[RawFrame]) -> None:
+        self._frames("recv", frames)
+
+    def received_body(self, header: int, size: int) -> None:
+        self._log.debug("recv stream %d (%s) %d bytes of a Message body", header >> 3, _side(header), size)
+
+    def sent(self, data: bytes | bytearray | list[Any], at_frame: bool, size: int) -> None:
+        """The first ``size`` bytes of ``data`` (bytes, or a list of buffers written
+        together) left for the transport; ``at_frame``: they start at a frame's start.
+        Never raises: the writer must not fail because of its own logging."""
+        if not logger.isEnabledFor(logging.DEBUG):
+            self._sent = None  # once on again, tracing starts afresh at a frame
+            return
+        try:
+            if self._sent is None:
+                if not at_frame:
+                    self._log.debug("send %d bytes (the rest of a frame begun before tracing)", size)
+                    return
+                self._sent = Decoder(MAX_MESSAGE_SIZE)
+            whole = b"".join(data) if isinstance(data, list) else bytes(data)
+            self._frames("send", self._sent.feed_raw(whole[:size]))
+        except Exception as exc:
+            self._sent = None
+            self._log.debug("send %d bytes (not traced: %r)", size, exc)
+
+    def _frames(self, direction: str, frames: list[RawFrame]) -> None:
+        """Received Message frames of one stream arrive merged."""
         for header, body in frames:
             flag = header & 7
             name = Flag(flag).name if flag != 7 else "flag 7"
-            side = "acceptor" if flag & 1 else "opener"
-            self.debug("%s stream %d (%s) %s %d bytes", direction, header >> 3, side, name, len(body))
+            self._log.debug(
+                "%s stream %d (%s) %s %d bytes", direction, header >> 3, _side(header), name, len(body)
+            )
 
-    def trace_sent(self, data: bytearray, skip: int) -> None:
-        """Trace the frames in ``data`` after its first ``skip`` bytes (the rest of a
-        frame that a direct write began; -1: not known).  Never raises: the muxer's
-        writer must not fail because of its own logging."""
-        try:
-            if skip < 0:
-                self.debug("send %d bytes (resuming frames written directly)", len(data))
-                return
-            if skip:
-                self.debug("send %d bytes (the rest of a frame written directly)", skip)
-            self.trace("send", Decoder(MAX_MESSAGE_SIZE).feed_raw(memoryview(data)[skip:]))
-        except Exception as exc:
-            self.debug("send %d bytes (not traced: %r)", len(data), exc)
+
+def _side(header: int) -> str:
+    """Who opened the stream a frame names: odd flags come from the acceptor."""
+    return "acceptor" if header & 1 else "opener"
 
 
 def connection_label(transport: trio.abc.Stream) -> str:

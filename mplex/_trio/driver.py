@@ -1,17 +1,17 @@
-"""One mplex connection in the trio layer: ``Connection``, the host of its streams.
+"""One mplex connection driven over a trio stream: ``Driver``, the host of its streams.
 
-The connection ties the sans-IO ``Engine`` to a ``Transport`` through two tasks, the
-``Reader`` and the ``Writer``, and does the waiting the engine cannot: tasks waiting
-for room in the outbox, for a stream slot, for the peer's next stream, or in
-``receive_some``.  After every engine call it acts on what the engine reported
-(``settle``): it wakes the receivers of the records that changed, the senders, the
+The driver runs the sans-IO protocol ``Connection`` over a ``Transport`` with two
+tasks, the ``Reader`` and the ``Writer``, and does the waiting the protocol cannot:
+tasks waiting for room in the outbox, for a stream slot, for the peer's next stream,
+or in ``receive_some``.  After every protocol call it acts on the ``Notice`` the
+protocol hands back (``settle``): it wakes the receivers it names, the senders, the
 acceptors and the tasks waiting for a slot, and tells the writer about control frames.
 
-Its objects refer to each other in one direction only: the connection holds the engine,
-the transport, the reader, the writer and the throttle; none of them holds the
-connection (the reader's and writer's tasks get it as an argument, and streams hold it
-as their ``StreamHost``).  So when a connection ends and the program drops it and its
-streams, reference counting alone frees them.
+Its objects refer to each other in one direction only: the driver holds the protocol,
+the transport, the reader, the writer and the throttle; none of them holds the driver
+(the reader's and writer's tasks get it as an argument, and streams hold it as their
+``StreamHost``).  So when a connection ends and the program drops it and its streams,
+reference counting alone frees them.
 """
 
 from __future__ import annotations
@@ -23,13 +23,12 @@ from typing import Any
 import trio
 
 from .._engine.config import Config
-from .._engine.engine import Engine
+from .._engine.connection import Connection
 from .._engine.record import Broken, StreamRecord
 from .._engine.states import ConnectionState, Direction
 from .._engine.stats import MuxerStats
 from .._engine.unread import prime_allocator
-from .._engine.varint import encode_uvarint
-from ._util import ConnectionLog, connection_label, describe, explain, logger, root_cause
+from ._util import ConnectionLog, FrameTracer, connection_label, describe, explain, root_cause
 from .errors import ConnectionLost, Ending, EndReason, Lifecycle, MuxerClosed, StreamReset, fresh_copy
 from .reader import Reader
 from .stream import MplexStream
@@ -37,7 +36,7 @@ from .throttle import ReaderThrottle
 from .transport import transport_for
 from .writer import Writer
 
-__all__ = ["Connection"]
+__all__ = ["Driver"]
 
 _CLOSED = ConnectionState.CLOSED
 #: Ends logged at DEBUG; the others (a failed transport, a broken protocol) at INFO.
@@ -45,8 +44,8 @@ _ORDINARY_ENDS = frozenset({EndReason.PEER_CLOSED, EndReason.CLOSED})
 _SENT_CLOSE, _SENT_EOF = Direction.CLOSED, Direction.ENDED
 
 
-class Connection:
-    """The trio layer of one mplex connection (``StreamHost`` and ``ReaderHost``)."""
+class Driver:
+    """One mplex connection over a trio stream (``StreamHost`` and ``ReaderHost``)."""
 
     def __init__(self, transport_stream: trio.abc.Stream, config: Config) -> None:
         self.config = config
@@ -55,58 +54,52 @@ class Connection:
         #: one), the peer's address.
         self.name = connection_label(transport_stream)
         self.log = ConnectionLog(self.name)
+        #: Whether the connection runs, may send, and why not: the one record of it.
         self.life = Lifecycle()
-        self.engine = engine = Engine(config)
-        self.outbox = engine.outbox
+        self.trace = FrameTracer(self.log)
+        #: The protocol (sans-IO); the outbox is where streams append their frames.
+        self.protocol = protocol = Connection(config, self.trace)
+        self.outbox = protocol.outbox
         self.transport = transport_for(transport_stream, config)
-        self.writer = Writer(engine, self.transport, config.max_flush_delay, self.log)
-        self.throttle = ReaderThrottle(engine, self.writer)
+        self.writer = Writer(protocol, self.transport, config.max_flush_delay, self.trace)
+        self.throttle = ReaderThrottle(protocol, self.writer)
         self.reader = Reader(
-            engine,
+            protocol,
             self.transport,
             self.throttle,
-            self.log,
             flush_now=self.writer.flush_now,
             flush_delay=config.max_flush_delay,
             close_timeout=config.close_timeout,
         )
-        # The two calls on a sender's path, bound once.
-        self.queued = self.writer.queued
-        self.wait_for_room = self.writer.wait_for_room
         self._accept_lot = trio.lowlevel.ParkingLot()
         self._slot_lot = trio.lowlevel.ParkingLot()
         self._run_scope: trio.CancelScope | None = None
-        #: True until the connection ends (``life.running``, read on every read).
-        self.running = True
 
-    # -- acting on the engine ---------------------------------------------------------------
+    @property
+    def running(self) -> bool:
+        """True until the connection ends."""
+        return self.life.running
+
+    # -- acting on the protocol's notices ------------------------------------------------------
 
     def settle(self) -> None:
-        """Act on what the engine's last call changed."""
-        engine = self.engine
-        woken = engine.woken
-        if woken:
+        """Act on what the protocol's last calls changed."""
+        notice = self.protocol.take_notice()
+        if notice is None:
+            return
+        if notice.woken:
             reschedule = trio.lowlevel.reschedule
-            for record in woken:
-                task = record.waiter
-                if task is not None:
-                    record.waiter = None
-                    reschedule(task)  # type: ignore[arg-type]
-            woken.clear()
-        if engine.control_queued:
-            engine.control_queued = 0
-            self.writer.queued(0)
-        if engine.changed:
-            engine.changed = False
+            for task in notice.woken:
+                reschedule(task)  # type: ignore[arg-type]
+        if notice.control:
+            self.writer.queued()
+        if notice.changed:
             self.writer.wake_senders()
-        if engine.arrived:
-            engine.arrived = False
+        if notice.arrived:
             self._accept_lot.unpark_all()
-        if engine.slot_freed:
-            engine.slot_freed = False
+        if notice.slot_freed:
             self._slot_lot.unpark_all()
-        if engine.released:
-            engine.released = False
+        if notice.released:
             self.throttle.recheck()
 
     def _changed_here(self, record: StreamRecord) -> None:
@@ -120,22 +113,11 @@ class Connection:
     # -- what streams ask (StreamHost) ------------------------------------------------------
 
     def frame_prefix(self, record: StreamRecord, size: int) -> bytes:
-        # Not Encoder.prefix: the stream checked the size, and the id is the table's.
-        return encode_uvarint(record.id << 3 | record.data_flag) + encode_uvarint(size)
+        return self.protocol.frame_prefix(record, size)
 
-    def append_frames(self, record: StreamRecord, view: memoryview) -> int:
-        return self.engine.encoder.append(self.outbox.buffer, record.id, record.data_flag, view)
-
-    def direct_writes(self) -> bool:
-        return self.writer.direct and self.engine.may_send and not logger.isEnabledFor(logging.DEBUG)
-
-    def write_frames(self, record: StreamRecord, view: memoryview, pos: int) -> int | None:
-        if not self.writer.may_write_frames():
-            return None
-        return self.writer.write_frames(record, view, pos)
-
-    def flush_now(self) -> None:
-        self.writer.flush_now()
+    def queue_data(self, record: StreamRecord, view: memoryview) -> None:
+        self.protocol.queue_data(record, view)
+        self.writer.queued()
 
     def may_lend(self, *, bulk: bool) -> bool:
         return self.reader.may_lend(bulk=bulk) and self.life.running
@@ -144,22 +126,22 @@ class Connection:
         await self.reader.receive_for(self, record)
 
     def take(self, record: StreamRecord, max_bytes: int | None) -> bytes:
-        data = self.engine.unread.take(record.unread, record, max_bytes)  # engine.take, a call less
+        data = self.protocol.take(record, max_bytes)
         if self.throttle.blocked:
             self.throttle.recheck()
         return data
 
     def send_close(self, record: StreamRecord) -> bool:
-        done = self.engine.send_close(record)
+        done = self.protocol.send_close(record)
         self.settle()
         return done
 
     def close(self, record: StreamRecord) -> None:
-        self.engine.close(record)
+        self.protocol.close(record)
         self._changed_here(record)
 
     def reset(self, record: StreamRecord) -> None:
-        self.engine.reset(record)
+        self.protocol.reset(record)
         self._changed_here(record)
 
     def send_error(self, record: StreamRecord) -> BaseException:
@@ -171,7 +153,7 @@ class Connection:
             return trio.ClosedResourceError("send_eof() was called on this stream")
         if record.broken is not None:
             return self.receive_error(record)
-        send_error = self.engine.send_error
+        send_error = self.life.send_error
         if isinstance(send_error, ConnectionLost | MuxerClosed):
             self.life.reported = True
             return _chained(fresh_copy(send_error, record.id), send_error.__cause__)
@@ -205,28 +187,27 @@ class Connection:
         """A new stream of ours (``name`` checked by ``name_bytes``), once the outbox has
         room and a slot is free."""
         await trio.lowlevel.checkpoint()
-        engine, outbox = self.engine, self.outbox
-        table = engine.table
+        protocol, outbox = self.protocol, self.outbox
         while True:
             self.life.check_usable()
-            if len(outbox.buffer) >= outbox.high_water:  # not outbox.has_room: a call less
+            if not outbox.has_room:
                 await self.writer.wait_for_room()  # NewStream is queued like data
-            elif len(table.slots) < table.max_outbound:  # table.slot_free, inlined
+            elif protocol.slot_free:
                 break
             else:
                 await self._slot_lot.park()
-        record = engine.open(name)
+        record = protocol.open(name)
         self.settle()
         return MplexStream(self, record, self.config.max_send_frame_size)
 
     def accept_nowait(self) -> MplexStream:
         """The peer's next stream if one is waiting; ``trio.WouldBlock`` if none is yet;
         why the connection ended once it has and none is left."""
-        if not self.engine.backlog:
+        if not self.protocol.backlog:
             if not self.life.running:
                 self.life.raise_ended()
             raise trio.WouldBlock
-        stream = MplexStream(self, self.engine.accept(), self.config.max_send_frame_size)
+        stream = MplexStream(self, self.protocol.accept(), self.config.max_send_frame_size)
         if self.throttle.blocked:
             self.throttle.recheck()  # an accepted stream may be what a paused reader waits for
         return stream
@@ -236,7 +217,7 @@ class Connection:
         throttle = self.throttle
         throttle.acceptors += 1
         try:
-            backlog = self.engine.backlog
+            backlog = self.protocol.backlog
             if backlog:
                 await trio.lowlevel.checkpoint()
             while not backlog:
@@ -244,7 +225,7 @@ class Connection:
                     await trio.lowlevel.checkpoint()
                     self.life.raise_ended()
                 await self._accept_lot.park()
-            return MplexStream(self, self.engine.accept(), self.config.max_send_frame_size)
+            return MplexStream(self, self.protocol.accept(), self.config.max_send_frame_size)
         finally:
             throttle.acceptors -= 1
             throttle.recheck()  # an accepted stream, or no acceptor left
@@ -299,7 +280,7 @@ class Connection:
     def stop_sending(self, error: Ending) -> None:
         """Nothing more may be queued: every send and open raises ``error``."""
         if self.life.stop_sending(error):
-            self.engine.stop_sending(error)
+            self.protocol.stop_sending()
             self.settle()
 
     def end(
@@ -319,8 +300,7 @@ class Connection:
             error, cause = ConnectionLost(str(failed)), failed.__cause__
         if not self.life.end(error, cause=cause, final_state=final_state):
             return
-        self.running = False
-        self.engine.end(error)
+        self.protocol.end()
         self.writer.stop()
         self.throttle.wake()
         if self.transport.borrower_waiting is not None:
@@ -338,8 +318,7 @@ class Connection:
             self.life.write_failure = error
             self.life.lost_data = lost_data
         self.stop_sending(error)
-        self.outbox.clear()
-        self.writer.wake_senders()  # aclose's flush waits for a queue that is gone now
+        self.writer.drop_queued()  # aclose's flush waits for a queue that is gone now
         await self.reader.linger(self, self.life.write_failure)
 
     async def close_transport(self) -> None:
@@ -367,27 +346,27 @@ class Connection:
 
     def stats(self) -> MuxerStats:
         """A snapshot of the counters and gauges."""
-        engine, running = self.engine, self.life.running
+        protocol, running = self.protocol, self.life.running
         lent = self.transport.borrower if running else None
         activity: dict[str, Any] = {
             "writer": self.writer.state if self.life.send_error is None and running else "stopped",
             "reader": ("paused" if self.throttle.blocked else self.reader.state) if running else "stopped",
             "reader_lent_to": lent.key if isinstance(lent, StreamRecord) else None,
-            "receivers_waiting": sum(record.waiter is not None for record in engine.streams.values())
+            "receivers_waiting": sum(record.waiter is not None for record in protocol.streams.values())
             + isinstance(lent, StreamRecord),
             "senders_waiting": self.writer.senders_waiting if running else 0,
         }
-        return engine.counters.snapshot(
+        return protocol.counters.snapshot(
             frames_sent=self.outbox.frames,
             bytes_sent=self.outbox.bytes_sent,
-            frames_received=engine.decoder.frames_decoded,
+            frames_received=protocol.frames_received,
             reader_blocked_seconds=self.throttle.blocked_for(),
-            inbound_streams=engine.table.inbound,
-            outbound_streams=len(engine.table.slots),
-            streams_waiting=len(engine.backlog),
-            unread_bytes=engine.unread.total,
+            inbound_streams=protocol.table.inbound,
+            outbound_streams=len(protocol.table.slots),
+            streams_waiting=len(protocol.backlog),
+            unread_bytes=protocol.unread.total,
             queued_bytes=len(self.outbox.buffer),
-            live_streams=len(engine.streams),
+            live_streams=len(protocol.streams),
             bytes_sent_without_copy=self.outbox.bytes_sent_without_copy,
             **activity,
         )

@@ -124,11 +124,13 @@ _RUNNING = ConnectionState.OK
 class Lifecycle:
     """The end-state of one connection."""
 
-    __slots__ = ("error", "lost_data", "reported", "send_error", "state", "write_failure")
+    __slots__ = ("error", "lost_data", "reported", "running", "send_error", "state", "write_failure")
 
     def __init__(self) -> None:
         #: ``OK`` while the connection runs, then ``BROKEN`` or ``CLOSED``.
         self.state = _RUNNING
+        #: True until the connection ends (``state`` is ``OK``; read on every read).
+        self.running = True
         #: Why the connection ended; None while it runs.
         self.error: Ending | None = None
         #: Why nothing more may be queued; None while sends are accepted.
@@ -146,11 +148,6 @@ class Lifecycle:
     def end_reason(self) -> EndReason | None:
         """Why the connection ended, or None while it runs."""
         return None if self.error is None else self.error.reason
-
-    @property
-    def running(self) -> bool:
-        """True until the connection ends."""
-        return self.state is _RUNNING
 
     def check_usable(self) -> None:
         """Raise the recorded reason if nothing more may be sent."""
@@ -186,6 +183,7 @@ class Lifecycle:
             return False
         error.__cause__ = cause
         self.state = final_state
+        self.running = False
         self.error = error
         return True
 

@@ -46,7 +46,7 @@ from .._engine.states import ConnectionState
 from .._engine.stats import MuxerStats
 from .._engine.wire import name_bytes
 from ._util import checked_config, checked_transport, protected, require_trio
-from .driver import Connection
+from .driver import Driver
 from .errors import ConnectionLost, EndReason, MuxerClosed, unwrapped
 from .stream import MplexStream
 
@@ -67,10 +67,12 @@ class Muxer:
     def __init__(self, transport_stream: trio.abc.Stream, config: Config | None = None) -> None:
         transport_stream = checked_transport(transport_stream)
         self.config = config = checked_config(config)
-        self._connection = Connection(transport_stream, config)
+        self._driver = Driver(transport_stream, config)
         #: A label for this connection in log lines: a sequence number and, when the
         #: transport is a socket (or TLS over one), the peer's address.
-        self.name = self._connection.name
+        self.name = self._driver.name
+        #: The longest name ``open_stream`` sends: the name limit within one frame.
+        self._name_limit = min(config.max_stream_name_size, config.max_send_frame_size)
         self._started = False
         self._entered = False
         self._own_run: contextlib.AbstractAsyncContextManager[Muxer] | None = None
@@ -80,23 +82,23 @@ class Muxer:
     @property
     def stats(self) -> MuxerStats:
         """A read-only snapshot of this connection's counters (take a new one any time)."""
-        return self._connection.stats()
+        return self._driver.stats()
 
     @property
     def transport_stream(self) -> trio.abc.Stream:
         """The stream this muxer runs over (as ``trio.SSLStream.transport_stream``)."""
-        return self._connection.transport_stream
+        return self._driver.transport_stream
 
     @property
     def uses_socket_fast_path(self) -> bool:
         """True when this muxer drives a TCP socket's descriptor directly (see
         ``Config.socket_fast_path``); False on the generic path over the stream's methods."""
-        return self._connection.transport.kind == "socket"
+        return self._driver.transport.kind == "socket"
 
     @property
     def end_reason(self) -> EndReason | None:
         """Why the connection ended (an ``EndReason``), or None while it runs."""
-        return self._connection.life.end_reason
+        return self._driver.life.end_reason
 
     @property
     def end_error(self) -> ConnectionLost | MuxerClosed | None:
@@ -105,12 +107,12 @@ class Muxer:
         A ``ConnectionLost`` (its ``__cause__`` is the transport error or the
         ``ProtocolError``, None for the peer's clean end of input) or a ``MuxerClosed``.
         """
-        return self._connection.life.error
+        return self._driver.life.error
 
     @property
     def closed(self) -> bool:
         """True once the connection has ended, for whatever reason."""
-        return not self._connection.life.running
+        return not self._driver.life.running
 
     def __repr__(self) -> str:
         reason = self.end_reason
@@ -119,7 +121,7 @@ class Muxer:
         else:
             state = "running" if self._started else "not started"
         path = "socket fast path" if self.uses_socket_fast_path else "generic path"
-        return f"<mplex.Muxer {self.name} {state}, {len(self._connection.engine.streams)} streams, {path}>"
+        return f"<mplex.Muxer {self.name} {state}, {len(self._driver.protocol.streams)} streams, {path}>"
 
     # -- running and closing ---------------------------------------------------------------
 
@@ -143,7 +145,7 @@ class Muxer:
         if self._started:
             raise RuntimeError("Muxer.run() was already called")
         self._started = True
-        await self._connection.run(task_status)
+        await self._driver.run(task_status)
 
     @protected
     async def aclose(self) -> None:
@@ -160,27 +162,27 @@ class Muxer:
         with the transport's error as its cause (``end_reason`` ``TRANSPORT_FAILED``).
         Lost control frames alone (both ends closing at once) raise nothing.
         """
-        connection = self._connection
-        life = connection.life
+        driver = self._driver
+        life = driver.life
         if not life.running:
             await trio.lowlevel.checkpoint()
             if life.closed_after_break():
-                await connection.close_transport()
+                await driver.close_transport()
             return
         try:
-            connection.stop_sending(MuxerClosed("the muxer is closing"))
+            driver.stop_sending(MuxerClosed("the muxer is closing"))
             if self._started:
                 with trio.move_on_after(self.config.close_timeout):
-                    writer, outbox = connection.writer, connection.outbox
+                    writer, outbox = driver.writer, driver.outbox
                     while (outbox.buffer or writer.writing) and life.running:
                         await writer.wait_for_room()
         finally:
-            connection.end(MuxerClosed("the muxer was closed"), None, final_state=ConnectionState.CLOSED)
+            driver.end(MuxerClosed("the muxer was closed"), None, final_state=ConnectionState.CLOSED)
             try:
-                await connection.close_transport()
+                await driver.close_transport()
             finally:
                 if not self._started:
-                    connection.finished()  # run() would have, had it been called
+                    driver.finished()  # run() would have, had it been called
         if life.lost_data and not life.reported:
             life.raise_ended()  # the program's last data did not leave: never lost unseen
 
@@ -231,10 +233,10 @@ class Muxer:
         Waits while ``Config.max_outbound_streams`` of our streams are open (a stream
         stops counting once this side has closed or reset it).
         """
-        raw = None if name is None else name_bytes(name, self._connection.engine.name_limit)
+        raw = None if name is None else name_bytes(name, self._name_limit)
         if not self._started:  # (the check's call skipped on the per-request path)
             self._check_started()
-        return await self._connection.open_stream(raw)
+        return await self._driver.open_stream(raw)
 
     @protected
     async def accept_stream(self) -> MplexStream:
@@ -246,7 +248,7 @@ class Muxer:
         reason.  ``async for stream in muxer`` instead simply ends.
         """
         self._check_started()
-        return await self._connection.accept_stream()
+        return await self._driver.accept_stream()
 
     @protected
     def accept_stream_nowait(self) -> MplexStream:
@@ -259,7 +261,7 @@ class Muxer:
         ``accept_stream`` raises.
         """
         self._check_started()
-        return self._connection.accept_nowait()
+        return self._driver.accept_nowait()
 
     def __aiter__(self) -> AsyncIterator[MplexStream]:
         """``async for stream in muxer``: inbound streams until the connection ends."""

@@ -1,14 +1,15 @@
 """The connection's reads: the reader task, and receiving tasks that borrow its turn.
 
-The reader task reads the transport and hands each chunk to the engine, which decodes
-it and changes the stream records; the connection then wakes whoever the change
-concerns (``ReaderHost.settle``).  Between reads it applies the slow-reader policy
-(``ReaderThrottle``), and it dispatches at most ``Config.frames_per_yield`` frames
+The reader task reads the transport and hands each chunk to the protocol
+(``Connection.receive_data``), which decodes it and changes the stream records; the
+driver then wakes whoever the change concerns (``ReaderHost.settle``).  Between reads
+it applies the slow-reader policy (``ReaderThrottle``), and it dispatches at most
+``Config.frames_per_yield`` frames
 (and ``ARRIVALS_PER_STEP`` new streams) before it yields, whatever a read holds.
 
 A task waiting in ``MplexStream.receive_some`` while nothing is buffered may read the
 transport itself (``receive_for``): see the read turn in ``mplex._trio.transport``.  Both
-go through ``consume``, the one place input reaches the engine.
+go through ``consume``, the one place input reaches the protocol.
 
 After a write failed, the receive side outlives the send side (``linger``): what the
 peer sent is still delivered, and the connection ends when the input does.
@@ -16,16 +17,15 @@ peer sent is still delivered, and the connection ends when the input does.
 
 from __future__ import annotations
 
-import logging
 import math
 from collections.abc import Callable
 
 import trio
 
-from .._engine.engine import Engine
+from .._engine.connection import Connection
 from .._engine.errors import ProtocolError
 from .._engine.record import StreamRecord
-from ._util import ConnectionLog, logger, protected
+from ._util import protected
 from .errors import ConnectionLost, EndReason, MuxerClosed
 from .throttle import ReaderHost, ReaderThrottle
 from .transport import Transport
@@ -38,17 +38,15 @@ class Reader:
 
     def __init__(
         self,
-        engine: Engine,
+        protocol: Connection,
         transport: Transport,
         throttle: ReaderThrottle,
-        log: ConnectionLog,
         *,
         flush_now: Callable[[], None],
         flush_delay: float,
         close_timeout: float,
     ) -> None:
-        self._log = log
-        self._engine = engine
+        self._protocol = protocol
         self._transport = transport
         self._throttle = throttle
         # Where a write costs one system call, input ends the writer's wait for
@@ -70,10 +68,10 @@ class Reader:
         """The reader task: reads whenever no receiving task holds the read turn,
         hands what it read to the engine, and pauses for the slow-reader policy."""
         transport = self._transport
-        engine = self._engine
+        protocol = self._protocol
         throttle = self._throttle
         while conn.running:
-            if engine.pending:
+            if protocol.input_pending:
                 await trio.lowlevel.cancel_shielded_checkpoint()  # the rest, after a yield
                 if conn.running and not self._resume(conn):
                     return
@@ -84,9 +82,9 @@ class Reader:
             # A borrower moves the reader aside through this context (over the generic
             # path, by cancelling it), which it does only while the reader waits.
             with transport.reading():
-                # Input that a receiving task read and left part of (``engine.pending``)
+                # Input that a receiving task read and left part of (``input_pending``)
                 # is the reader's to finish before it reads again.
-                while transport.borrower is None and conn.running and not engine.pending:
+                while transport.borrower is None and conn.running and not protocol.input_pending:
                     if throttle.should_pause():
                         self.paused(True)
                         try:
@@ -103,11 +101,9 @@ class Reader:
                         self.state = "reading"
                     if data is None:
                         continue  # nothing now, or moved aside: look again
-                    if self._linger_scope is None and conn.running and engine.keep(data):
-                        continue  # the middle of a large frame: nothing to act on
                     if not self.consume(conn, data):
                         return
-                    if engine.pending:
+                    if protocol.input_pending:
                         break  # the rest of this read first, between yields
                     if transport.yield_due:
                         await trio.lowlevel.cancel_shielded_checkpoint()
@@ -136,9 +132,9 @@ class Reader:
         return (
             transport.borrower is None
             and transport.lends
-            and not self._engine.pending
+            and not self._protocol.input_pending
             and not (bulk and not transport.writes_without_waiting)
-            and not self._engine.unread.total
+            and not self._protocol.unread.total
             and not self._throttle.blocked
         )
 
@@ -149,10 +145,12 @@ class Reader:
         caller waits for the reader task like any other receiver.  A checkpoint."""
         await trio.lowlevel.checkpoint_if_cancelled()
         transport = self._transport
-        engine = self._engine
+        protocol = self._protocol
 
         def still_wanted() -> bool:
-            return not record.unread.size and record.can_receive and conn.running and not engine.pending
+            return (
+                not record.unread.size and record.can_receive and conn.running and not protocol.input_pending
+            )
 
         transport.borrower = record
         waited = False
@@ -170,17 +168,11 @@ class Reader:
     # -- what was read --------------------------------------------------------------------
 
     def consume(self, conn: ReaderHost, data: bytes | bytearray) -> bool:
-        """Hand one chunk read from the transport to the engine; False once the
+        """Hand one chunk read from the transport to the protocol; False once the
         connection has ended (``b""`` is the end of the input)."""
         if not conn.running:
             return False
-        if self._linger_scope is None and self._engine.absorb(data):
-            conn.settle()  # the middle of a large frame: nothing to dispatch
-            return True
-        if not data:
-            self._input_ended(conn)
-            return False
-        if self._linger_scope is not None:
+        if data and self._linger_scope is not None:
             self.input_progressed()
         return self._feed(conn, data)
 
@@ -189,29 +181,27 @@ class Reader:
         return self._feed(conn, None)
 
     def _feed(self, conn: ReaderHost, data: bytes | bytearray | None) -> bool:
-        """``data`` (None: the rest of the last input) to the engine, then the
-        connection acts on what changed; False if the peer broke the protocol."""
-        engine = self._engine
-        engine.tracing = tracing = logger.isEnabledFor(logging.DEBUG)  # one check per read
+        """``data`` (None: the rest of the last input) to the protocol, then the driver
+        acts on what changed; False if the input ended or broke the protocol."""
+        protocol = self._protocol
+        if data and self._flush_on_input is not None:
+            # If the writer waits for the program to idle, what is queued answers
+            # earlier input: it leaves now, and the peer works on it meanwhile,
+            # instead of when the answers to this input are made too.
+            self._flush_on_input()
         try:
-            if engine.outbox.gathering and self._flush_on_input is not None:
-                # The writer waits for the program to idle, but what is queued answers
-                # earlier input: it leaves now, and the peer works on it meanwhile,
-                # instead of when the answers to this input are made too.
-                self._flush_on_input()
             if data is None:
-                engine.resume(trio.current_time())
+                protocol.resume_input(trio.current_time())
             else:
-                engine.receive(data, trio.current_time())
+                protocol.receive_data(data, trio.current_time())
         except ProtocolError as exc:
             conn.settle()
             self._broken(conn, exc)
             return False
-        finally:
-            if tracing:
-                self._log.trace("recv", engine.traced)
-                engine.traced.clear()
         conn.settle()
+        if data is not None and not data:
+            self._input_ended(conn)
+            return False
         return True
 
     def _broken(self, conn: ReaderHost, exc: ProtocolError) -> None:
@@ -223,7 +213,7 @@ class Reader:
     def _input_ended(self, conn: ReaderHost) -> None:
         if self._ended_by_failed_write(conn):
             return
-        cut = self._engine.input_cut()
+        cut = self._protocol.input_cut()
         if cut:  # not a clean end: the transport ended inside a frame
             error = ConnectionLost("the transport ended in the middle of a frame")
             conn.end(error, EOFError(f"the input ended inside a frame ({cut} bytes of it)"))

@@ -35,12 +35,12 @@ import trio
 from .._engine.outbox import Outbox
 from .._engine.record import StreamRecord
 from .._engine.states import Direction
-from ._util import protected, protected_if_free
+from ._util import Buffer, byte_buffer, protected, protected_if_free
+from .writer import Writer
 
-__all__ = ["Buffer", "MplexStream", "StreamHost"]
+__all__ = ["MplexStream", "StreamHost"]
 
 
-Buffer = bytes | bytearray | memoryview
 #: A delivered piece this large means the stream is taking a bulk transfer (see
 #: receive_some): over the generic path its reader then keeps the read turn.
 _BULK_DELIVERY = 4096
@@ -53,53 +53,20 @@ _checkpoint_if_cancelled = trio.lowlevel.checkpoint_if_cancelled
 _yield = trio.lowlevel.cancel_shielded_checkpoint
 
 
-def _byte_buffer(data: object) -> Buffer:
-    """``data``, any object with the buffer protocol, as a flat buffer whose ``len()`` is
-    its byte count (as ``trio.SocketStream.send_all`` takes it); ``TypeError`` otherwise."""
-    if isinstance(data, bytes | bytearray):
-        return data
-    try:
-        view = memoryview(data)  # type: ignore[arg-type]
-    except TypeError:
-        raise TypeError(f"data must be a bytes-like object, not {type(data).__name__}") from None
-    if not view.c_contiguous:
-        return view.tobytes()
-    if view.ndim == 1 and view.itemsize == 1:
-        return view
-    try:
-        return view.cast("B")
-    except TypeError:  # a shape cast() cannot flatten (a 0-d view, say)
-        return view.tobytes()
-
-
 class StreamHost(Protocol):
     """The calls a stream makes on its connection."""
 
     #: Where a stream appends its Message frames, whole.
     outbox: Outbox
-
-    def queued(self, frames: int) -> None:
-        """``frames`` frames were appended to the outbox past its ``wake_at``."""
-
-    async def wait_for_room(self) -> None:
-        """Wait until the outbox may have room (or the stream's situation changed)."""
+    #: When what is queued leaves: a stream tells it (``queued``) once the outbox holds
+    #: ``wake_at`` bytes, and waits for room (``wait_for_room``).
+    writer: Writer
 
     def frame_prefix(self, record: StreamRecord, size: int) -> bytes:
         """The header and length of a Message frame of ``size`` bytes on the stream."""
 
-    def append_frames(self, record: StreamRecord, view: memoryview) -> int:
-        """Append ``view`` to the outbox as Message frames; how many."""
-
-    def direct_writes(self) -> bool:
-        """True if a large send may go to the transport from the sending task at all
-        (the transport writes without waiting, and frames are not being traced)."""
-
-    def write_frames(self, record: StreamRecord, view: memoryview, pos: int) -> int | None:
-        """Frames of ``view[pos:]`` to the transport from the caller's buffer, if
-        nothing is queued or being written now; how far they reach, or None."""
-
-    def flush_now(self) -> None:
-        """Write what is queued now, not when the program next idles."""
+    def queue_data(self, record: StreamRecord, view: memoryview) -> None:
+        """Queue ``view`` as Message frames (any length), and make sure they leave."""
 
     def may_lend(self, *, bulk: bool) -> bool:
         """True if the stream's receiving task may read the transport itself now."""
@@ -145,6 +112,7 @@ class MplexStream(trio.abc.HalfCloseableStream):
     __slots__ = {
         "__weakref__": "",
         "_frame_size": "",
+        "_frames": "",
         "_host": "",
         "_outbox": "",
         "_prefix": "",
@@ -152,6 +120,7 @@ class MplexStream(trio.abc.HalfCloseableStream):
         "_receiving": "",
         "_record": "",
         "_sending": "",
+        "_writer": "",
         "id": "The stream number (unique per opener, not per connection).",
         "is_initiator": "True if this side opened the stream.",
         "key": "Unique within the connection (each side numbers its own streams): ``id << 1 | is_initiator``",
@@ -162,7 +131,12 @@ class MplexStream(trio.abc.HalfCloseableStream):
         self._host = host
         self._record = record
         self._outbox = host.outbox
+        self._writer = host.writer
         self._frame_size = frame_size
+        # Message frames queued by the small-send path and not yet counted in the
+        # outbox's ``frames`` (counted when this stream next wakes the writer or ends:
+        # a count per send would cost the hot path a call).
+        self._frames = 0
         self.id = record.id
         self.is_initiator = record.is_initiator
         self.key = record.key
@@ -212,34 +186,43 @@ class MplexStream(trio.abc.HalfCloseableStream):
         or fall back to ``send_all``.  Otherwise the same errors as ``send_all``.
         """
         outbox = self._outbox
-        buffer = outbox.buffer
-        if self._sending or not self._record.can_send or len(buffer) >= outbox.high_water:
+        if self._sending or not self._record.can_send or len(outbox.buffer) >= outbox.high_water:
             self._refuse_send_nowait()
         if data.__class__ is not bytes:
-            data = _byte_buffer(data)  # len() must count bytes, before anything is queued
+            data = byte_buffer(data)  # len() must count bytes, before anything is queued
         size = len(data)
-        if size == self._prefix_size:
-            # The hot path: a write of the same size as the last one (cached prefix).
-            buffer += self._prefix
-            buffer += data
-            outbox.frames += 1
-            if len(buffer) >= outbox.wake_at:
-                self._host.queued(0)
-        elif size <= self._frame_size:
+        if size <= self._frame_size:
             if size:
-                self._frame_into(buffer, data, size)
-                self._host.queued(1)
+                self._queue_small(data, size)
         else:
-            self._queue_frames(memoryview(data).cast("B"))
+            self._host.queue_data(self._record, memoryview(data).cast("B"))
 
-    def _frame_into(self, buffer: bytearray, data: Buffer, size: int) -> None:
-        """Append one Message frame to ``buffer``, caching its prefix for the next
-        write of the same size."""
+    def _queue_small(self, data: Buffer, size: int) -> None:
+        """The small-send path: ``data`` (``size`` bytes, at most a frame's) queued as
+        one Message frame, its prefix cached for a run of equal sizes."""
         if size != self._prefix_size:
             self._prefix_size = size
             self._prefix = self._host.frame_prefix(self._record, size)
+        buffer = self._outbox.buffer
         buffer += self._prefix
         buffer += data
+        self._frames += 1
+        if len(buffer) >= self._writer.wake_at:
+            self._wake_writer()
+
+    def _wake_writer(self) -> None:
+        """Make sure what is queued leaves (and count this stream's small frames)."""
+        self._count_frames()
+        self._writer.queued()
+
+    def _count_frames(self) -> None:
+        """Count the frames of the small-send path in the outbox's ``frames``."""
+        if self._frames:
+            self._outbox.count_frames(self._frames)
+            self._frames = 0
+
+    def __del__(self) -> None:
+        self._count_frames()
 
     def _refuse_send_nowait(self) -> None:
         if self._sending:
@@ -259,9 +242,8 @@ class MplexStream(trio.abc.HalfCloseableStream):
         self._sending = True
         try:
             if data.__class__ is not bytes:
-                data = _byte_buffer(data)  # len() must count bytes, before anything is queued
-            outbox = self._outbox
-            if not outbox.gathering:
+                data = byte_buffer(data)  # len() must count bytes, before anything is queued
+            if not self._writer.gathering:
                 # trio's socket idiom: raise if already cancelled, queue, then yield
                 # without cancellation.  The writer is then scheduled in the same pass
                 # as our yield, and a cancelled call has queued nothing.
@@ -277,31 +259,13 @@ class MplexStream(trio.abc.HalfCloseableStream):
                 if not yielded:
                     await _yield()
                 raise self._host.send_error(self._record)
-            buffer = outbox.buffer
             size = len(data)
-            if not size:
-                if not yielded:
-                    await _yield()
-                return
-            if size <= self._frame_size and len(buffer) < outbox.high_water:
-                if size == self._prefix_size:
-                    buffer += self._prefix  # the hot path, as in send_nowait
-                    buffer += data
-                else:
-                    self._frame_into(buffer, data, size)
-                outbox.frames += 1
-                if len(buffer) >= outbox.wake_at:
-                    self._host.queued(0)
-                if not yielded:
-                    await _yield()
-                return
-            if size <= self._frame_size:  # one frame, but the buffer is at the mark
-                while not outbox.has_room:
+            if size > self._frame_size:
+                yielded = await self._send_frames(memoryview(data).cast("B")) or yielded
+            elif size:
+                while not self._outbox.has_room:
                     yielded = await self._wait_for_writer()
-                self._frame_into(outbox.buffer, data, size)
-                self._host.queued(1)
-            elif await self._send_frames(memoryview(data).cast("B")):
-                yielded = True
+                self._queue_small(data, size)
             if not yielded:
                 await _yield()
         finally:
@@ -312,37 +276,34 @@ class MplexStream(trio.abc.HalfCloseableStream):
         the transport allows it and nothing is queued, the frames go to the kernel from
         this task without a copy; otherwise copies are queued up to the high-water mark,
         like everyone else's, so it is never starved."""
-        host, outbox = self._host, self._outbox
+        host, outbox, record, writer = self._host, self._outbox, self._record, self._writer
         step = self._frame_size
         pos, end = 0, len(view)
-        direct = host.direct_writes()
+        direct = writer.sends_directly()
         waited = yielded = False
         while pos < end:
-            written = host.write_frames(self._record, view, pos) if direct else None
+            written = writer.write_frames(record, view, pos) if direct else None
             if written is not None:
                 pos = written
                 waited = False
             elif direct and not waited:
-                host.flush_now()  # write now, not when the program idles
+                writer.flush_now()  # write now, not when the program idles
                 yielded = waited = await self._wait_for_writer()
             elif not outbox.has_room:
                 yielded = await self._wait_for_writer()
             else:
-                self._queue_frames(view[pos : pos + step])
+                host.queue_data(record, view[pos : pos + step])
                 pos += step
         return yielded
 
     async def _wait_for_writer(self) -> bool:
         """Wait until the writer has sent something (or the stream broke); True."""
         if self._record.can_send:  # else nothing would wake us: the failure woke everyone
-            await self._host.wait_for_room()
+            await self._writer.wait_for_room()
         if not self._record.can_send:
             await trio.lowlevel.cancel_shielded_checkpoint()
             raise self._host.send_error(self._record)
         return True
-
-    def _queue_frames(self, view: memoryview) -> None:
-        self._host.queued(self._host.append_frames(self._record, view))
 
     @protected
     async def wait_send_all_might_not_block(self) -> None:
@@ -354,7 +315,7 @@ class MplexStream(trio.abc.HalfCloseableStream):
             if not self._record.can_send or self._outbox.has_room:
                 await trio.lowlevel.checkpoint()
             else:
-                await self._host.wait_for_room()
+                await self._writer.wait_for_room()
             if not self._record.can_send:
                 raise self._host.send_error(self._record)
         finally:
@@ -368,6 +329,7 @@ class MplexStream(trio.abc.HalfCloseableStream):
         self._sending = True
         try:
             await trio.lowlevel.checkpoint()
+            self._count_frames()
             if not self._host.send_close(self._record):
                 raise self._host.send_error(self._record)
         finally:
@@ -402,7 +364,7 @@ class MplexStream(trio.abc.HalfCloseableStream):
                 if host.may_lend(bulk=record.last_delivery >= _BULK_DELIVERY):
                     await host.receive_for(record)
                 while not unread.size and record.can_receive:
-                    record.waiter = trio.lowlevel.current_task()
+                    record.park(trio.lowlevel.current_task())
                     await trio.lowlevel.wait_task_rescheduled(self._abort_receive)
             if record.receiving is _CLOSED:
                 raise trio.ClosedResourceError("this stream was closed")
@@ -415,7 +377,7 @@ class MplexStream(trio.abc.HalfCloseableStream):
             self._receiving = False
 
     def _abort_receive(self, _: object) -> trio.lowlevel.Abort:
-        self._record.waiter = None
+        self._record.unpark()
         return trio.lowlevel.Abort.SUCCEEDED
 
     # -- closing ---------------------------------------------------------------------------
@@ -436,6 +398,7 @@ class MplexStream(trio.abc.HalfCloseableStream):
     def close(self) -> None:
         """``aclose`` without the checkpoint, for synchronous code (like the ``close``
         of trio's memory channels).  Idempotent."""
+        self._count_frames()
         self._host.close(self._record)
 
     @protected
@@ -445,4 +408,5 @@ class MplexStream(trio.abc.HalfCloseableStream):
         Unread data is dropped; later calls on this stream raise
         ``trio.ClosedResourceError``.
         """
+        self._count_frames()
         self._host.reset(self._record)

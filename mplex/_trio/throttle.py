@@ -25,7 +25,7 @@ from typing import Protocol
 
 import trio
 
-from .._engine.engine import Engine
+from .._engine.connection import Connection
 from .._engine.record import StreamRecord
 from .errors import ConnectionLost
 from .writer import Writer
@@ -40,11 +40,11 @@ def _unread(record: StreamRecord) -> int:
 class ReaderThrottle:
     """The reader's pauses, the policy's verdicts, and the time the reader lost."""
 
-    def __init__(self, engine: Engine, writer: Writer) -> None:
-        self._engine = engine
-        self._config = engine.config
-        self._account = engine.unread
-        self._outbox = engine.outbox
+    def __init__(self, protocol: Connection, writer: Writer) -> None:
+        self._protocol = protocol
+        self._config = protocol.config
+        self._account = protocol.unread
+        self._outbox = protocol.outbox
         self._writer = writer
         #: Tasks inside ``accept_stream`` (unaccepted streams never stall a server).
         self.acceptors = 0
@@ -85,25 +85,25 @@ class ReaderThrottle:
     def _stalled_by_unaccepted(self) -> bool:
         """True if only streams nobody has accepted keep the reader from reading, and
         no task is in ``accept_stream`` to take them."""
-        engine, account = self._engine, self._account
-        if self.acceptors or any(not engine.table.unaccepted(r) for r in account.overfull):
+        protocol, account = self._protocol, self._account
+        if self.acceptors or any(not protocol.table.unaccepted(r) for r in account.overfull):
             return False
         if account.total > account.max_connection:
-            waiting = sum(r.unread.size for r in engine.backlog)
+            waiting = sum(r.unread.size for r in protocol.backlog)
             return waiting > 0 and account.total - waiting <= account.max_connection
         return bool(account.overfull)
 
     def _shed_unaccepted(self, conn: ReaderHost) -> None:
         """Reset the unaccepted streams over their limit, then, while the connection is
         over its budget, the unaccepted stream holding the most."""
-        engine, account = self._engine, self._account
-        for record in [r for r in account.overfull if engine.table.unaccepted(r)]:
-            engine.reset_by_policy(record)
+        protocol, account = self._protocol, self._account
+        for record in [r for r in account.overfull if protocol.table.unaccepted(r)]:
+            protocol.reset_by_policy(record)
         while account.total > account.max_connection:
-            holding = [r for r in engine.backlog if r.unread.size]
+            holding = [r for r in protocol.backlog if r.unread.size]
             if not holding:
                 break
-            engine.reset_by_policy(max(holding, key=_unread))
+            protocol.reset_by_policy(max(holding, key=_unread))
         conn.settle()
 
     async def _wait_for_readers(self, conn: ReaderHost) -> None:
@@ -136,10 +136,10 @@ class ReaderThrottle:
                 # each further victim gets another full timeout first.
                 victims = list(account.overfull)
                 if not victims:
-                    holding = [r for r in self._engine.streams.values() if r.unread.size]
+                    holding = [r for r in self._protocol.streams.values() if r.unread.size]
                     victims = [max(holding, key=_unread)] if holding else []
                 for record in victims:
-                    self._engine.reset_by_policy(record)
+                    self._protocol.reset_by_policy(record)
                 conn.settle()
                 policy_deadline = trio.current_time() + config.slow_reader_timeout
 
@@ -172,11 +172,12 @@ class ReaderThrottle:
 class ReaderHost(Protocol):
     """The calls the reader makes on its connection."""
 
-    #: True until the connection ends.
-    running: bool
+    @property
+    def running(self) -> bool:
+        """True until the connection ends."""
 
     def settle(self) -> None:
-        """Act on what the engine's last input changed: wake whoever must look again."""
+        """Act on what the protocol's last calls changed: wake whoever must look again."""
 
     def end(self, error: ConnectionLost, cause: BaseException | None) -> None:
         """The connection ends with ``error`` (chained to ``cause``): the input ended

@@ -1,6 +1,6 @@
 """The connection's writes: the writer task, and when what was queued leaves.
 
-Streams append whole frames to the engine's ``Outbox``; the writer takes everything
+Streams append whole frames to the protocol's ``Outbox``; the writer takes everything
 queued in one piece and writes it with one transport write.  It is the only task that
 awaits a write.  Where the transport can write without waiting (the socket path), a
 sending task may write on the writer's behalf, with one synchronous, non-blocking
@@ -37,16 +37,16 @@ memory stays bounded and the transport's backpressure reaches every sender.
 
 from __future__ import annotations
 
-import logging
+import sys
 import time
 from collections.abc import Awaitable, Callable
 
 import trio
 
-from .._engine.engine import Engine
-from .._engine.outbox import NEVER
+from .._engine.connection import Connection
 from .._engine.record import StreamRecord
-from ._util import ConnectionLog, logger, protected, wait_for_idle
+from .._engine.wire import frame_prefix
+from ._util import FrameTracer, protected, wait_for_idle
 from .transport import Transport
 
 __all__ = ["CONTROL_WAIT", "FLUSH_AT", "QUIET", "Writer"]
@@ -60,6 +60,8 @@ QUIET = 50e-6
 #: Seconds since the last write after which a control frame queued while the program
 #: is busy goes out without waiting for idleness (see the module docstring).
 CONTROL_WAIT = 100e-6
+#: A ``wake_at`` no queue reaches.
+NEVER = sys.maxsize
 #: Most payload bytes handed to one ``writev``: a few socket buffers' worth, so a large
 #: send does not build a huge list of frames the kernel cannot take yet.
 _DIRECT_BATCH = 1024 * 1024
@@ -69,15 +71,21 @@ class Writer:
     """The send side of one connection; ``run()`` is the writer task."""
 
     def __init__(
-        self, engine: Engine, transport: Transport, max_flush_delay: float, log: ConnectionLog
+        self, protocol: Connection, transport: Transport, max_flush_delay: float, trace: FrameTracer
     ) -> None:
-        self._engine = engine
-        self._outbox = engine.outbox
+        self._protocol = protocol
+        self._outbox = protocol.outbox
+        self._frame_size = protocol.encoder.frame_size
         self._transport = transport
         #: True where a sending task may write on the writer's behalf.
         self.direct = transport.writes_without_waiting
-        self._log = log
+        self._trace = trace
         self._delay = max_flush_delay
+        #: A sender that makes the outbox hold this many bytes calls ``queued`` (a
+        #: sender's hot path: append, then compare with this).
+        self.wake_at = 0
+        #: True while the writer gathers a busy program's frames until it idles.
+        self.gathering = False
         #: True while a batch is being written.
         self.writing = False
         #: ``time.perf_counter()`` of the last write to the transport.
@@ -97,10 +105,9 @@ class Writer:
 
     # -- senders --------------------------------------------------------------------------
 
-    def queued(self, frames: int) -> None:
-        """``frames`` frames were appended to the outbox: make sure they leave."""
+    def queued(self) -> None:
+        """Frames were appended to the outbox: make sure they leave."""
         outbox = self._outbox
-        outbox.frames += frames
         if self._parked:
             if self.direct and self._write_from_sender():
                 return
@@ -112,15 +119,15 @@ class Writer:
 
     def _wake(self) -> None:
         self._parked = False
-        self._outbox.wake_at = NEVER
+        self.wake_at = NEVER
         self._lot.unpark_all()
 
     def _write_from_sender(self) -> bool:
         """After a quiet spell, hand the outbox to the kernel from the calling task
         (a lone message saves the writer's scheduler pass).  True when all of it left;
         what the kernel did not take, the writer sends."""
-        if time.perf_counter() - self.last_write < QUIET or logger.isEnabledFor(logging.DEBUG):
-            return False  # busy (let frames gather for the writer), or tracing frames
+        if time.perf_counter() - self.last_write < QUIET:
+            return False  # busy: let frames gather for the writer
         self._write_queued(time.perf_counter())
         return not self._outbox.buffer
 
@@ -128,7 +135,12 @@ class Writer:
         """Hand what is queued to the kernel from the calling task (one non-blocking
         write); what it does not take stays queued, first."""
         self.last_write = now
-        self._outbox.sent_part(self._transport.write_nowait(self._outbox.buffer))
+        outbox = self._outbox
+        at_frame = outbox.starts_at_frame
+        sent = self._transport.write_nowait(outbox.buffer)
+        if sent:
+            self._trace.sent(outbox.buffer, at_frame, sent)
+            outbox.sent_part(sent)
 
     def _hurry(self) -> None:
         """A control frame is queued while the program is busy: once ``CONTROL_WAIT``
@@ -137,7 +149,7 @@ class Writer:
         now = time.perf_counter()
         if now - self.last_write < CONTROL_WAIT:
             return
-        if self.direct and not logger.isEnabledFor(logging.DEBUG):
+        if self.direct:
             self._write_queued(now)
         else:
             self.flush_now()
@@ -145,7 +157,7 @@ class Writer:
     def flush_now(self) -> None:
         """Stop waiting for idleness: write what is queued now."""
         if self._idle_scope is not None:
-            self._outbox.wake_at = NEVER
+            self.wake_at = NEVER
             self._idle_scope.cancel()
 
     @property
@@ -153,7 +165,7 @@ class Writer:
         """``"parked"``, ``"gathering"`` or ``"writing"`` (see ``MuxerStats.writer``)."""
         if self.writing:
             return "writing"
-        return "gathering" if self._outbox.gathering else "parked"
+        return "gathering" if self.gathering else "parked"
 
     async def wait_for_room(self) -> None:
         """Wait until the writer has sent something, or ``wake_senders`` is called
@@ -174,6 +186,12 @@ class Writer:
         if self._room_waiters:
             self._room_lot.unpark_all()
 
+    def drop_queued(self) -> None:
+        """A write failed: what is queued will never leave (senders waiting for room,
+        ``aclose``'s flush among them, look again)."""
+        self._outbox.clear()
+        self.wake_senders()
+
     def stop(self) -> None:
         """Nothing more will be sent: wake the writer and every sender."""
         self._lot.unpark_all()
@@ -181,67 +199,54 @@ class Writer:
 
     # -- large sends from the caller's buffer ---------------------------------------------
 
-    def may_write_frames(self) -> bool:
-        """True if a large send may go to the kernel from the sending task now: the
-        transport allows it, nothing is queued or being written (so order holds), the
-        send side is open, and frames are not being traced."""
-        return (
-            self.direct
-            and not self._outbox.buffer
-            and not self.writing
-            and self._engine.may_send
-            and not logger.isEnabledFor(logging.DEBUG)
-        )
+    def sends_directly(self) -> bool:
+        """True if a large send may go to the kernel from the sending task at all: the
+        transport allows it and the send side is open."""
+        return self.direct and self._protocol.may_send
 
-    def write_frames(self, record: StreamRecord, view: memoryview, pos: int) -> int:
-        """Frames of ``view[pos:]`` for ``record`` to the kernel with one ``writev``
-        (the caller checked ``may_write_frames``); how far in ``view`` they reach.  The
-        kernel takes whole frames and at most part of one more, whose rest is queued;
-        if it takes nothing, the first frame is queued, so the caller always progresses."""
-        step = self._engine.encoder.frame_size
-        prefix = self._engine.encoder.prefix
+    def write_frames(self, record: StreamRecord, view: memoryview, pos: int) -> int | None:
+        """Frames of ``view[pos:]`` for ``record`` to the kernel with one ``writev``, if
+        nothing is queued or being written (so order holds) and the send side is open;
+        how far in ``view`` they reach, or None.  The kernel takes whole frames and at
+        most part of one more, whose rest is queued; if it takes nothing, the first
+        frame is queued, so the caller always progresses."""
+        if not self.direct or self._outbox.buffer or self.writing or not self._protocol.may_send:
+            return None
+        step = self._frame_size
         most = self._transport.max_buffers // 2  # two buffers a frame
         end = min(len(view), pos + _DIRECT_BATCH, pos + step * most)
         pieces = [view[start : start + step] for start in range(pos, end, step)]
-        heads = [prefix(record.id, record.data_flag, len(piece)) for piece in pieces]
+        heads = [frame_prefix(record.id, record.data_flag, len(piece)) for piece in pieces]
         parts = [part for pair in zip(heads, pieces, strict=True) for part in pair]
         sent = self._transport.writev_nowait(parts)
         self.last_write = time.perf_counter()
+        if sent:
+            self._trace.sent(parts, True, sent)
         outbox = self._outbox
-        outbox.bytes_sent += sent
-        outbox.bytes_sent_without_copy += sent
-        frames = 0
+        left, frames = sent, 0
         for head, piece in zip(heads, pieces, strict=True):
             size = len(head) + len(piece)
             frames += 1
             pos += len(piece)
-            if sent >= size:
-                sent -= size
-                continue
-            out = outbox.buffer  # the rest of this frame, for the writer
-            if sent:
-                out += head[sent:] if sent < len(head) else b""
-                out += piece[max(0, sent - len(head)) :]
-                outbox.trace_skip = len(out)  # a frame's tail, not a frame
-            else:
-                out += head
-                out += piece
-            break
+            if left < size:  # the kernel took part of this frame at most: queue the rest
+                outbox.queue_unsent(head, piece, left)
+                break
+            left -= size
+        outbox.sent_directly(sent, frames)
         if outbox.buffer:
-            self.queued(frames)
-        else:
-            outbox.frames += frames
+            self.queued()
         return pos
 
     # -- the writer task --------------------------------------------------------------------
 
-    async def next_batch(self) -> tuple[bytearray, int]:
-        """Wait until frames should be written; take them all (and their trace skip)."""
+    async def next_batch(self) -> tuple[bytearray, bool]:
+        """Wait until frames should be written; take them all (and whether they start
+        at a frame)."""
         outbox = self._outbox
         while True:
             if not outbox.buffer or self.writing:
                 self._parked = True
-                outbox.wake_at = 0 if not self.writing else NEVER
+                self.wake_at = 0 if not self.writing else NEVER
                 await self._lot.park()
                 # Woken by the first frame after a quiet spell: take it now, with
                 # whatever else the same scheduler pass queued.
@@ -251,16 +256,16 @@ class Writer:
                 # Frames piled up during the last write: the program is busy sending.
                 with trio.move_on_after(self._delay) as scope:
                     self._idle_scope = scope
-                    outbox.gathering = True
-                    outbox.wake_at = FLUSH_AT
+                    self.gathering = True
+                    self.wake_at = FLUSH_AT
                     await wait_for_idle()
                 self._idle_scope = None
-                outbox.gathering = False
+                self.gathering = False
                 if not outbox.buffer:
                     continue  # a task that queued a control frame wrote it all meanwhile
-            outbox.wake_at = NEVER
+            self.wake_at = NEVER
             control = outbox.control
-            if self._record_size and self._bulk() and not logger.isEnabledFor(logging.DEBUG):
+            if self._record_size and self._bulk():
                 # More follows this batch at once: a short last record would cost the
                 # receiver a read of its own.
                 batch = outbox.take_whole(self._record_size)
@@ -282,9 +287,8 @@ class Writer:
         send_all = self._transport.writer_send_all()
         outbox = self._outbox
         while True:
-            data, skip = await self.next_batch()
-            if logger.isEnabledFor(logging.DEBUG):  # one check per write, none per frame
-                self._log.trace_sent(data, skip)
+            data, at_frame = await self.next_batch()
+            self._trace.sent(data, at_frame, len(data))
             self.writing = True
             try:
                 await send_all(data)
@@ -295,7 +299,7 @@ class Writer:
                 return
             finally:
                 self.writing = False
-            outbox.bytes_sent += len(data)
+            outbox.sent(len(data))
             self.last_write = time.perf_counter()
             self._refilling = self._room_waiters > 0
             self.wake_senders()

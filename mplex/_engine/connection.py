@@ -1,0 +1,300 @@
+"""One mplex connection's protocol state (sans-IO): ``Connection``, and the ``Notice``
+it hands the layer above.
+
+Like h11's and h2's connection objects, it answers through methods and never waits,
+wakes or reads a clock (time is passed in):
+
+* bytes from the peer go in through ``receive_data`` (``b""``: the input ended), and
+  the rest of a large input through ``resume_input`` while ``input_pending``;
+* the program's actions on streams go in through ``open``, ``accept``, ``take``,
+  ``send_close``, ``close`` and ``reset``; the program's Message frames are appended
+  to the ``outbox`` (``Outbox.append_frame``, ``frame_prefix``, ``queue_data``);
+* what the layer above must act on comes out of ``take_notice``: a ``Notice`` of the
+  tasks to wake and of who else should look again; the bytes to send come out of the
+  ``outbox`` (``Outbox.take``).
+
+It owns every rule: the stream table, ids, limits, the accept backlog, tombstones of
+finished streams, the abuse budgets, and what may be sent.  The per-frame input path is
+an ``Inbound``, which it drives and which applies the rules below through it.
+
+Streams are keyed by ``id << 1 | opened_by_us``: the same number opened by each side
+names two different streams.  A frame with an even flag comes from the stream's
+opener, so it names a stream the peer opened; an odd flag names one we opened.
+"""
+
+from __future__ import annotations
+
+from .budget import AbuseBudgets
+from .config import Config
+from .inbound import FrameTrace, Inbound
+from .outbox import Outbox
+from .record import Broken, StreamRecord
+from .states import FINISHED_STATES, TRANSITIONS, Direction, StreamEvent, StreamState, Verdict, end_direction
+from .stats import Counters
+from .table import StreamTable
+from .unread import UnreadAccount
+from .wire import Encoder, Flag, frame_prefix
+
+__all__ = ["Connection", "Notice"]
+
+_OK = Verdict.OK
+_RESET_RECEIVER = int(Flag.RESET_RECEIVER)
+_OPEN, _ENDED, _RESET = Direction.OPEN, Direction.ENDED, Direction.RESET
+_LOST, _CLOSED = Direction.LOST, Direction.CLOSED
+#: States whose direction from the peer is still open on the wire.
+RECEIVABLE = frozenset({StreamState.OPEN, StreamState.LOCAL_CLOSED})
+
+
+class Notice:
+    """What engine calls changed that the layer above must act on (``take_notice``)."""
+
+    __slots__ = ("arrived", "changed", "control", "released", "slot_freed", "woken")
+
+    def __init__(self) -> None:
+        #: Tasks parked on records (``StreamRecord.park``) that must run again.
+        self.woken: list[object] = []
+        #: A stream's state changed: senders waiting for room should look again.
+        self.changed = False
+        #: New streams arrived in the backlog.
+        self.arrived = False
+        #: A ``max_outbound_streams`` slot came free (or none ever will).
+        self.slot_freed = False
+        #: Control frames queued in the outbox: they must leave.
+        self.control = 0
+        #: Unread bytes were dropped (a reader paused for the buffers may go on).
+        self.released = False
+
+
+class Connection:
+    """One connection's protocol state: see the module docstring."""
+
+    def __init__(self, config: Config, trace: FrameTrace | None = None) -> None:
+        self.config = config
+        #: The one encoder of the frames this connection sends in pieces.
+        self.encoder = Encoder(config.max_send_frame_size)
+        #: Encoded frames waiting for the transport.
+        self.outbox = Outbox(config.send_high_water)
+        #: Every stream's unread bytes.
+        self.unread: UnreadAccount[StreamRecord] = UnreadAccount(
+            config.max_stream_buffer, config.max_connection_buffer
+        )
+        self.counters = Counters()
+        #: Which streams exist: ids, slots, backlog, tombstones.
+        self.table = table = StreamTable(config.max_inbound_streams, config.max_outbound_streams)
+        #: Live streams by key, and those waiting to be accepted (the table's own).
+        self.streams = table.streams
+        self.backlog = table.backlog
+        self.budgets = AbuseBudgets(config)
+        #: False once nothing more may be queued; control frames are then dropped.
+        self.may_send = True
+        self._notice = Notice()
+        self._inbound = Inbound(config, trace)
+
+    # -- what the layer above acts on ---------------------------------------------------------
+
+    def take_notice(self) -> Notice | None:
+        """What changed since the last call, or None if nothing did."""
+        notice = self._notice
+        if (
+            notice.woken
+            or notice.changed
+            or notice.arrived
+            or notice.slot_freed
+            or notice.control
+            or notice.released
+        ):
+            self._notice = Notice()
+            return notice
+        return None
+
+    # -- input ----------------------------------------------------------------------------------
+
+    def receive_data(self, data: bytes | bytearray, now: float) -> None:
+        """What the transport delivered; ``b""`` when its input ended (then see
+        ``input_cut``).  Raises ``ProtocolError`` when it breaks the protocol or a budget,
+        after acting on the frames before the offending one.  At most
+        ``Config.frames_per_yield`` frames are acted on: the rest waits for
+        ``resume_input`` (``input_pending``)."""
+        self._inbound.receive(self, data, now)
+
+    @property
+    def input_pending(self) -> bool:
+        """True while part of the last input waits for ``resume_input``."""
+        return self._inbound.pending
+
+    def resume_input(self, now: float) -> None:
+        """Act on the next part of an input left pending."""
+        self._inbound.resume(self, now)
+
+    def input_cut(self) -> int:
+        """Bytes of an unfinished frame when the input ended (0: a clean end)."""
+        return self._inbound.input_cut()
+
+    @property
+    def frames_received(self) -> int:
+        """Frames decoded since the connection started."""
+        return self._inbound.frames_decoded
+
+    # -- the program's actions --------------------------------------------------------------
+
+    @property
+    def slot_free(self) -> bool:
+        """True if another stream of ours may open now (``max_outbound_streams``)."""
+        return self.table.slot_free
+
+    def open(self, name: bytes | None) -> StreamRecord:
+        """A new stream of ours (its NewStream queued); the caller made sure a slot is
+        free and the outbox has room.  ``MplexError`` once every id is used."""
+        stream_id = self.table.take_id()
+        if name is None:
+            name = str(stream_id).encode()
+        record = StreamRecord(stream_id, name, is_initiator=True)
+        self.table.add_ours(record)
+        self.counters.streams_opened += 1
+        self.control(stream_id, Flag.NEW_STREAM, name)
+        return record
+
+    def accept(self) -> StreamRecord:
+        """The oldest stream of the backlog (the caller checked there is one)."""
+        self.counters.streams_accepted += 1
+        return self.backlog.popleft()
+
+    def take(self, record: StreamRecord, max_bytes: int | None) -> bytes:
+        """Up to ``max_bytes`` of ``record``'s unread data (it must have some)."""
+        return self.unread.take(record.unread, record, max_bytes)
+
+    def frame_prefix(self, record: StreamRecord, size: int) -> bytes:
+        """The header and length of a Message frame of ``size`` bytes on ``record``
+        (at most ``max_send_frame_size``: the caller checked)."""
+        return frame_prefix(record.id, record.data_flag, size)
+
+    def queue_data(self, record: StreamRecord, view: memoryview) -> int:
+        """Queue ``view`` as Message frames on ``record``; how many."""
+        return self.outbox.append_frames(self.encoder, record.id, record.data_flag, view)
+
+    def send_close(self, record: StreamRecord) -> bool:
+        """``send_eof``: end our direction with a Close; False when the stream cannot
+        send (the caller raises why)."""
+        if record.sending is _ENDED:
+            return True  # repeating it is harmless
+        if record.sending is not _OPEN or self.apply(record, StreamEvent.SEND_CLOSE) is not _OK:
+            return False
+        record.sending = _ENDED
+        self.control(record.id, record.flag(Flag.CLOSE_INITIATOR))
+        self.changed(record)
+        return True
+
+    def close(self, record: StreamRecord) -> None:
+        """``aclose``: close both directions here.  If unread data had to be dropped
+        while the peer still sends, Reset instead of Close, so the peer stops sending
+        into the void (mplex has no "stop sending" frame)."""
+        if record.receiving is _CLOSED:
+            return
+        record.sending = record.receiving = _CLOSED
+        if record.unread.size and self.discard(record) and record.state in RECEIVABLE:
+            self.send_reset(record)
+        elif self.apply(record, StreamEvent.SEND_CLOSE) is _OK:
+            self.control(record.id, record.flag(Flag.CLOSE_INITIATOR))
+        self.changed(record)
+        if record.is_initiator:  # (changed() released it if the stream finished)
+            self._release_slot(record)
+
+    def reset(self, record: StreamRecord) -> None:
+        """``reset()``: abort both directions and tell the peer."""
+        record.sending = record.receiving = _CLOSED
+        self.discard(record)
+        self.send_reset(record)
+        self.changed(record)
+        self._release_slot(record)
+
+    def reset_by_policy(self, record: StreamRecord) -> bool:
+        """Give up on a slow (or never accepted) stream: free its unread data, reset
+        it, and take it out of the backlog.  False if it had finished already."""
+        self.discard(record)
+        if self.table.unaccepted(record):
+            self.backlog.remove(record)  # nobody wants a stream reset unseen
+        if self.apply(record, StreamEvent.SEND_RESET) is not _OK:
+            return False
+        self.control(record.id, record.flag(Flag.RESET_INITIATOR))
+        self.counters.streams_reset_by_policy += 1
+        self.break_stream(record, Broken.POLICY_RESET, _RESET)
+        return True
+
+    def stop_sending(self) -> None:
+        """Nothing more may be queued (the connection is closing, or a write failed):
+        every stream's sending direction ends (the layer above keeps why)."""
+        if not self.may_send:
+            return
+        self.may_send = False
+        for record in list(self.streams.values()):
+            record.sending = end_direction(record.sending, _LOST)
+            self.changed(record)
+        self._notice.slot_freed = True  # tasks waiting for a slot must learn it too
+
+    def end(self) -> None:
+        """The connection ended: every stream breaks (the layer above keeps why)."""
+        self.may_send = False
+        self.outbox.clear()
+        for record in list(self.streams.values()):
+            if record.broken is None:
+                self.break_stream(record, Broken.LOST, _LOST)
+        self._notice.arrived = self._notice.slot_freed = True
+
+    # -- the rules every change follows (the program's actions and ``Inbound``) ----------------
+
+    def apply(self, record: StreamRecord, event: StreamEvent) -> Verdict:
+        """``event`` moves ``record``'s state on the wire; whether it was allowed."""
+        record.state, verdict = TRANSITIONS[(record.state, event)]
+        return verdict
+
+    def break_stream(self, record: StreamRecord, why: Broken, how: Direction) -> None:
+        """``record`` broke in both directions (``how``: RESET or LOST)."""
+        record.broken = why
+        record.sending = end_direction(record.sending, how)
+        record.receiving = end_direction(record.receiving, how)
+        self.changed(record)
+
+    def changed(self, record: StreamRecord) -> None:
+        """After a change of ``record``'s state: wake whoever must look again, and let
+        the stream go once it needs no more frames."""
+        record.refresh()
+        self.wake(record)
+        self._notice.changed = True
+        if (record.state in FINISHED_STATES or record.broken is not None) and self.table.forget(record):
+            self._release_slot(record)
+
+    def wake(self, record: StreamRecord) -> None:
+        """The task parked on ``record``, if any, must run again."""
+        task = record.unpark()
+        if task is not None:
+            self._notice.woken.append(task)
+
+    def arrived(self, record: StreamRecord) -> None:
+        """The peer opened ``record``, which waits in the backlog."""
+        self.table.add_theirs(record)
+        self._notice.arrived = True
+
+    def discard(self, record: StreamRecord) -> int:
+        """Drop ``record``'s unread data; how much there was."""
+        dropped = self.unread.drop(record.unread, record)
+        if dropped:
+            self._notice.released = True
+        return dropped
+
+    def send_reset(self, record: StreamRecord) -> None:
+        if self.apply(record, StreamEvent.SEND_RESET) is _OK:
+            self.control(record.id, record.flag(Flag.RESET_INITIATOR))
+
+    def control(self, stream_id: int, flag: Flag, body: bytes = b"") -> None:
+        """Queue a control frame, unless nothing may be sent any more."""
+        if not self.may_send:
+            return
+        if flag >= _RESET_RECEIVER:
+            self.counters.resets_sent += 1
+        self.outbox.append_control(frame_prefix(stream_id, flag, len(body)) + body)
+        self._notice.control += 1
+
+    def _release_slot(self, record: StreamRecord) -> None:
+        """Our ``record`` stops counting against ``max_outbound_streams``."""
+        if self.table.release_slot(record):
+            self._notice.slot_freed = True
