@@ -17,7 +17,13 @@ import mplex
 
 from .helpers import TRANSPORTS, read_all, tcp_streams
 
-_TRIO_LAYER = ["mplex._trio.muxer", "mplex._trio.stream", "mplex._trio.serving", "mplex._trio.select", "mplex._trio.errors"]
+_TRIO_LAYER = [
+    "mplex._trio.muxer",
+    "mplex._trio.stream",
+    "mplex._trio.serving",
+    "mplex._trio.select",
+    "mplex._trio.errors",
+]
 
 
 def _run(code: str, pycache: Path | None = None) -> Any:
