@@ -131,3 +131,55 @@ def test_no_module_is_over_about_four_hundred_lines() -> None:
     paths = sorted((ROOT / "mplex").rglob("*.py"))
     sizes = {str(path.relative_to(ROOT)): len(path.read_text().splitlines()) for path in paths}
     assert {name: size for name, size in sizes.items() if size > 420} == {}
+
+
+def _engine_fields() -> set[str]:
+    """Every field of an engine object: a name its classes assign on ``self`` or list
+    in ``__slots__``."""
+    fields: set[str] = set()
+    for path in (ROOT / "mplex" / "_engine").glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+                if isinstance(node.value, ast.Name) and node.value.id == "self":
+                    fields.add(node.attr)
+            elif isinstance(node, ast.Assign) and any(
+                isinstance(target, ast.Name) and target.id == "__slots__" for target in node.targets
+            ):
+                fields.update(ast.literal_eval(node.value))
+    return fields
+
+
+def _stores_into(path: pathlib.Path, fields: set[str]) -> list[str]:
+    """``x.name = ...``, ``x.name += ...`` and ``del x.name`` in ``path`` where ``name``
+    is one of ``fields`` and ``x`` is not ``self``: a store into another object's field."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Assign):
+            targets = node.targets
+        elif isinstance(node, ast.AugAssign | ast.AnnAssign):
+            targets = [node.target]
+        elif isinstance(node, ast.Delete):
+            targets = node.targets
+        else:
+            continue
+        found.extend(
+            f"{path.relative_to(ROOT)}:{part.lineno} {ast.unparse(part)}"
+            for target in targets
+            for part in ast.walk(target)
+            if isinstance(part, ast.Attribute)
+            and part.attr in fields
+            and not (isinstance(part.value, ast.Name) and part.value.id == "self")
+        )
+    return found
+
+
+def test_nothing_outside_the_engine_stores_into_engine_objects() -> None:
+    """The sans-IO boundary is an API, not shared memory: the layers that hold engine
+    objects (the trio layer, and the py-libp2p adapter over it) change the protocol
+    connection, its outbox and its stream records only through their methods."""
+    fields = _engine_fields()
+    assert {"buffer", "frames", "waiter", "may_send", "state"} <= fields  # the rule sees them
+    layers = [ROOT / "mplex" / "_trio", ROOT / "mplex" / "libp2p"]
+    outside = sorted(path for layer in layers for path in layer.rglob("*.py"))
+    stores = [store for path in outside for store in _stores_into(path, fields)]
+    assert stores == [], "\n".join(stores)
