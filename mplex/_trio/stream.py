@@ -2,7 +2,7 @@
 
 A stream is a handle on the engine's record of it (``StreamRecord``: its state on the
 wire, its directions, its unread data) and talks to its connection only through
-``StreamHost`` (``mplex._trio.stream``).  Every byte it sends is appended to the engine's
+``StreamHost`` (the driver implements it).  Every byte it sends is appended to the engine's
 outbox as whole frames, synchronously, so two streams' frames never interleave within
 a frame and a cancelled ``send_all`` leaves only whole frames behind; the writer sends
 them in order.  A receiving task with nothing buffered may read the transport itself
@@ -21,8 +21,6 @@ remote Reset            ``receive_some`` returns the buffered data, then raises
                         ``StreamReset``; sends raise ``StreamReset``
 connection lost         like a reset, raising ``ConnectionLost``
 ======================  =====================================================
-
-A stream talks to its connection only through ``StreamHost`` (the driver implements it).
 """
 
 from __future__ import annotations
@@ -62,35 +60,26 @@ class StreamHost(Protocol):
     #: ``wake_at`` bytes, and waits for room (``wait_for_room``).
     writer: Writer
 
-    def frame_prefix(self, record: StreamRecord, size: int) -> bytes:
-        """The header and length of a Message frame of ``size`` bytes on the stream."""
-
-    def queue_data(self, record: StreamRecord, view: memoryview) -> None:
-        """Queue ``view`` as Message frames (any length), and make sure they leave."""
-
-    def may_lend(self, *, bulk: bool) -> bool:
-        """True if the stream's receiving task may read the transport itself now."""
-
-    async def receive_for(self, record: StreamRecord) -> None:
-        """One read of the transport in the stream's receiving task (a checkpoint)."""
-
-    def take(self, record: StreamRecord, max_bytes: int | None) -> bytes:
-        """Up to ``max_bytes`` of the stream's unread data (it has some)."""
-
-    def send_close(self, record: StreamRecord) -> bool:
-        """End the stream's sending direction; False if it cannot send."""
-
-    def close(self, record: StreamRecord) -> None:
-        """Close the stream in both directions here."""
-
-    def reset(self, record: StreamRecord) -> None:
-        """Reset the stream and tell the peer."""
-
-    def send_error(self, record: StreamRecord) -> BaseException:
-        """A fresh exception saying why the stream cannot send."""
-
-    def receive_error(self, record: StreamRecord) -> BaseException:
-        """A fresh exception saying why the stream broke."""
+    #: The header and length of a Message frame of ``size`` bytes on the stream.
+    def frame_prefix(self, record: StreamRecord, size: int) -> bytes: ...
+    #: Queue ``view`` as Message frames (any length), and make sure they leave.
+    def queue_data(self, record: StreamRecord, view: memoryview) -> None: ...
+    #: True if the stream's receiving task may read the transport itself now.
+    def may_lend(self, *, bulk: bool) -> bool: ...
+    #: One read of the transport in the stream's receiving task (a checkpoint).
+    async def receive_for(self, record: StreamRecord) -> None: ...
+    #: Up to ``max_bytes`` of the stream's unread data (it has some).
+    def take(self, record: StreamRecord, max_bytes: int | None) -> bytes: ...
+    #: End the stream's sending direction; False if it cannot send.
+    def send_close(self, record: StreamRecord) -> bool: ...
+    #: Close the stream in both directions here.
+    def close(self, record: StreamRecord) -> None: ...
+    #: Reset the stream and tell the peer.
+    def reset(self, record: StreamRecord) -> None: ...
+    #: A fresh exception saying why the stream cannot send.
+    def send_error(self, record: StreamRecord) -> BaseException: ...
+    #: A fresh exception saying why the stream broke.
+    def receive_error(self, record: StreamRecord) -> BaseException: ...
 
 
 @final
@@ -199,7 +188,8 @@ class MplexStream(trio.abc.HalfCloseableStream):
             buffer += data
             self._frames += 1
             if len(buffer) >= self._writer.wake_at:
-                self._wake_writer()
+                self._count_frames()
+                self._writer.queued()
         elif size <= self._frame_size:
             if size:
                 self._queue_small(data, size)
@@ -217,12 +207,8 @@ class MplexStream(trio.abc.HalfCloseableStream):
         buffer += data
         self._frames += 1
         if len(buffer) >= self._writer.wake_at:
-            self._wake_writer()
-
-    def _wake_writer(self) -> None:
-        """Make sure what is queued leaves (and count this stream's small frames)."""
-        self._count_frames()
-        self._writer.queued()
+            self._count_frames()
+            self._writer.queued()
 
     def _count_frames(self) -> None:
         """Count the frames of the small-send path in the outbox's ``frames``."""
