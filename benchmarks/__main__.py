@@ -2,12 +2,11 @@
 
 The engine lives in the package (``mplex._bench``) so that ``mplex bench`` works from an
 installed wheel too; this folder adds what only a source checkout has: the js-libp2p
-and py-libp2p baselines, RESULTS.md and saved results.
+and py-libp2p baselines, RESULTS.md (``benchmarks/results.py``) and saved results.
 """
 
 import sys
 
-from benchmarks.explanations import COMMENTARY
-from mplex._bench.suite import main
+from benchmarks.results import main
 
-sys.exit(main(commentary=COMMENTARY))
+sys.exit(main())

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
-import datetime
 import statistics
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
@@ -320,7 +318,7 @@ def evaluate(suite: Sequence[CaseLike]) -> list[tuple[str, str, str, str]]:
     return out
 
 
-def targets_text(suite: Sequence[CaseLike], commentary: Commentary | None = None) -> str:
+def targets_text(suite: Sequence[CaseLike]) -> str:
     """The targets this run measured; a count of those it could not; where a missed
     target's explanation is to be read."""
     every = evaluate(suite)
@@ -331,85 +329,9 @@ def targets_text(suite: Sequence[CaseLike], commentary: Commentary | None = None
         lines.append(f"({len(every) - len(rows)} more targets need cases or baselines not run here)")
     missed = [r[0] for r in rows if r[3] == "MISSED"]
     if missed:
-        explained = sum(1 for d in missed if commentary is not None and d in commentary.explanations)
         lines.append(
-            f"\n{len(missed)} target(s) MISSED in this run ({explained} with an explanation): "
-            "benchmarks/RESULTS.md says why each is missed, under 'Why the missed targets are "
-            "missed' (from benchmarks/explanations.py; --write-results renders this run there). "
-            "The run itself succeeded: a missed target is a finding, not a failure of the command."
+            f"\n{len(missed)} target(s) MISSED in this run: benchmarks/RESULTS.md says why each "
+            "is missed, in its notes on the targets. The run itself succeeded: a missed "
+            "target is a finding, not a failure of the command."
         )
-    return "\n".join(lines)
-
-
-@dataclasses.dataclass(frozen=True)
-class Commentary:
-    """What a person wrote about the results, kept out of the shipped engine."""
-
-    #: Target description -> why it can be missed, shown when it is.
-    explanations: Mapping[str, str] = dataclasses.field(default_factory=dict)
-    #: Markdown sections shown when the py-libp2p host cases ran.
-    host_notes: Sequence[str] = ()
-
-
-def results_markdown(
-    suite: Sequence[CaseLike],
-    table: list[list[str]],
-    runs: int,
-    machine: str,
-    table_md: str,
-    *,
-    commentary: Commentary | None = None,
-    rendered_from: str = "",
-) -> str:
-    """RESULTS.md for one run; ``commentary`` adds why missed targets are missed and
-    notes on the host cases (a source checkout's ``benchmarks/explanations.py``)."""
-    commentary = commentary or Commentary()
-    explanations = commentary.explanations
-    evaluated = evaluate(suite)
-    lines = [
-        "# Benchmark results",
-        "",
-        "Made by `make bench` (`python -m benchmarks --write-results`) on "
-        f"{datetime.date.today().isoformat()}; {runs} runs per implementation, medians."
-        + (
-            f" Rendered again from that run's saved results by `python -m benchmarks "
-            f"--from-json {rendered_from} --write-results`."
-            if rendered_from
-            else ""
-        ),
-        "",
-        f"Machine: {machine}.",
-        "",
-        "Sender and receiver are separate processes over 127.0.0.1 TCP unless the row "
-        "says memory (both muxers in one process over a trio memory stream). Every case "
-        "runs its baselines in the same invocation, interleaved run by run. 'vs first' "
-        "divides the row's median by the first row's of the case, per byte or request "
-        "where rows move different amounts (times: above 1x the first row is faster; "
-        "throughputs are shown in the row).",
-        "",
-        "## Cases",
-        "",
-        *[f"- **{c.name}**: {c.what}" for c in suite],
-        "",
-        "## Results",
-        "",
-        table_md,
-        "",
-        "## Targets",
-        "",
-        "| target | measured | limit | verdict |",
-        "|---|---|---|---|",
-        *[f"| {d} | {m} | {lim} | {v} |" for d, m, lim, v in evaluated],
-        "",
-    ]
-    missed = [d for d, _, _, v in evaluated if v == "MISSED" and d in explanations]
-    if missed:
-        lines += ["## Why the missed targets are missed", ""]
-        lines += [f"- **{d}**: {explanations[d]}" for d in missed]
-        lines.append("")
-    if any(c.name.startswith("host ") for c in suite):
-        lines += list(commentary.host_notes)
-    missing = [d for d, _, _, v in evaluated if v == "baseline missing"]
-    if missing:
-        lines += ["## Not measured in this run", "", *[f"- {d}" for d in missing], ""]
     return "\n".join(lines)

@@ -4,7 +4,8 @@ Every case runs this library and its baselines in the same invocation, sender an
 receiver in separate processes over 127.0.0.1 TCP, several times; the table shows
 medians and the ratios that the targets in benchmarks/RESULTS.md are stated in.
 ``--quick`` shrinks every case so the whole suite takes seconds (``make test`` runs it
-to keep the harness honest); ``--write-results`` rewrites benchmarks/RESULTS.md.
+to keep the harness honest).  A source checkout's ``python -m benchmarks`` adds
+``--write-results`` (``benchmarks/results.py``), which renders benchmarks/RESULTS.md.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from typing import Any
 import trio
 
 from .cases import MB, MIB, Case, Run, case_names, cases, unknown_cases
-from .report import Commentary, per_request_median, results_markdown, targets_text
+from .report import per_request_median, targets_text
 from .runner import CHECKOUT, drop_unavailable, run_suite
 
 #: Where a run's JSON goes unless --json says: the checkout's results folder.  An
@@ -134,27 +135,34 @@ def machine() -> str:
     )
 
 
-def main(argv: list[str] | None = None, commentary: Commentary | None = None) -> int:
-    """The command; ``commentary`` (a source checkout's) goes into RESULTS.md."""
+def parser() -> argparse.ArgumentParser:
+    """The command's arguments (``python -m benchmarks`` adds its own)."""
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
     parser.add_argument("cases", nargs="*", help="case names (default: all)")
     parser.add_argument("--quick", action="store_true", help="tiny sizes: checks the harness")
     parser.add_argument("--runs", type=int, help="runs per implementation (default 3, quick 1)")
     parser.add_argument("--json", type=Path, help="where to save results (default benchmarks/results/)")
-    parser.add_argument("--write-results", action="store_true", help="rewrite benchmarks/RESULTS.md")
-    parser.add_argument("--from-json", type=Path, help="re-render a saved run instead of running")
     parser.add_argument(
         "--require-baselines", action="store_true", help="fail if a baseline (js, py-libp2p) cannot run"
     )
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The command: run the cases, print the table and the targets, save the JSON."""
+    command = parser()
+    run(command, command.parse_args(argv))
+    return 0
+
+
+def run(
+    command: argparse.ArgumentParser, args: argparse.Namespace
+) -> tuple[list[Case], list[list[str]], int]:
+    """Run what ``args`` names; the cases with their results, the table, runs per row."""
     unknown = unknown_cases(args.cases)
     if unknown:
         named = ", ".join(map(repr, unknown))
-        parser.error(f"no case named {named}; the cases are: {', '.join(case_names())}")
-    if args.quick and args.write_results:
-        parser.error("--quick sizes prove nothing about speed: RESULTS.md is written from full runs only")
-    if args.from_json:
-        return rerender(args.from_json, args.write_results, commentary)
+        command.error(f"no case named {named}; the cases are: {', '.join(case_names())}")
     runs = args.runs or (1 if args.quick else 3)
     suite = cases(args.quick, set(args.cases))
     notes = drop_unavailable(suite, args.require_baselines)
@@ -165,59 +173,38 @@ def main(argv: list[str] | None = None, commentary: Commentary | None = None) ->
     if args.quick:
         print("\nTargets: not judged (--quick sizes are too small to say anything about speed)")
     else:
-        print("\nTargets:\n" + targets_text(suite, commentary))
+        print("\nTargets:\n" + targets_text(suite))
     for note in notes:
         print(note)
     print(f"\n{runs} run(s) per implementation, medians; {time.monotonic() - started:.0f} s in all.")
     saved = args.json or (RESULTS_DIR and RESULTS_DIR / ("quick.json" if args.quick else "latest.json"))
-    if saved is None:
-        return 0
-    saved.parent.mkdir(parents=True, exist_ok=True)
-    saved.write_text(
-        json.dumps(
-            {
-                "machine": machine(),
-                "runs": runs,
-                "quick": args.quick,
-                "cases": {c.name: {"what": c.what, "results": c.results} for c in suite},
-                "table": table,
-            },
-            indent=1,
+    if saved is not None:
+        saved.parent.mkdir(parents=True, exist_ok=True)
+        saved.write_text(
+            json.dumps(
+                {
+                    "machine": machine(),
+                    "runs": runs,
+                    "quick": args.quick,
+                    "cases": {c.name: {"what": c.what, "results": c.results} for c in suite},
+                    "table": table,
+                },
+                indent=1,
+            )
         )
-    )
-    print(f"Results saved to {saved}")
-    if args.write_results:
-        write_results_md(suite, table, runs, machine(), commentary)
-    return 0
+        print(f"Results saved to {saved}")
+    return suite, table, runs
 
 
-def rerender(path: Path, write: bool, commentary: Commentary | None = None) -> int:
-    """Print (and optionally write to RESULTS.md) the table of a saved run."""
+def saved_run(path: Path) -> tuple[list[Case], list[list[str]], dict[str, Any]]:
+    """A run saved by ``run`` (its JSON): the cases with their results, the table, and
+    the saved fields."""
     saved = json.loads(path.read_text())
     suite = cases(saved["quick"], set(saved["cases"]))
     for case in suite:
         case.results = saved["cases"][case.name]["results"]
         case.runs = [run for run in case.runs if run.label in case.results]  # rows added since
-    table = rows(suite)
-    print(render(table))
-    if write:
-        write_results_md(suite, table, saved["runs"], saved["machine"], commentary, rendered_from=str(path))
-    return 0
-
-
-def write_results_md(
-    suite: list[Case],
-    table: list[list[str]],
-    runs: int,
-    where: str,
-    commentary: Commentary | None,
-    *,
-    rendered_from: str = "",
-) -> None:
-    text = results_markdown(
-        suite, table, runs, where, markdown(table), commentary=commentary, rendered_from=rendered_from
-    )
-    (CHECKOUT / "RESULTS.md").write_text(text)
+    return suite, rows(suite), saved
 
 
 if __name__ == "__main__":

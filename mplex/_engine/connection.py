@@ -109,13 +109,15 @@ class Connection:
 
     # -- input ----------------------------------------------------------------------------------
 
-    def receive_data(self, data: bytes | bytearray, now: float) -> None:
+    def receive_data(self, data: bytes | bytearray, now: float) -> bool:
         """What the transport delivered; ``b""`` when its input ended (then see
         ``input_cut``).  Raises ``ProtocolError`` when it breaks the protocol or a budget,
         after acting on the frames before the offending one.  At most
         ``Config.frames_per_yield`` frames are acted on: the rest waits for
-        ``resume_input`` (``input_pending``)."""
-        self._inbound.receive(self, data, now)
+        ``resume_input`` (``input_pending``).  False when ``data`` only continued the
+        body of a frame (a TLS record in the middle of a large one): then nothing
+        changed that the layer above acts on, and nothing is pending."""
+        return self._inbound.receive(self, data, now)
 
     @property
     def input_pending(self) -> bool:

@@ -116,19 +116,22 @@ class Inbound:
         """Bytes of an unfinished frame when the input ended (0: a clean end)."""
         return self._decoder.buffered
 
-    def receive(self, conn: StreamRules, data: bytes | bytearray, now: float) -> None:
-        """Take what the transport delivered (see ``Connection.receive_data``)."""
+    def receive(self, conn: StreamRules, data: bytes | bytearray, now: float) -> bool:
+        """Take what the transport delivered (see ``Connection.receive_data``); False
+        when it only continued the body in progress (nothing to act on)."""
         if self._viewing:
             self._release_views()
         if not data:
-            return  # the end of the input: the layer above asks ``input_cut``
+            return True  # the end of the input: the layer above asks ``input_cut``
         if type(data) is not bytes:
             data = bytes(data)  # once, for the decoder and for a stream handed a piece
+        conn.counters.bytes_received += len(data)
+        if not self._held and len(data) < HAND_ON_SIZE and self._decoder.absorb(data):
+            return False  # the middle of a large frame (a TLS record): kept, nothing else
         trace = self._trace
         self._tracing = trace is not None and trace.active()
-        conn.counters.bytes_received += len(data)
         if not self._held and self._continues_body(conn, data):
-            return
+            return True
         while self.pending:  # the rest of an earlier input comes first
             self.resume(conn, now)
         try:
@@ -139,6 +142,7 @@ class Inbound:
                 self.resume(conn, now)
             raise
         self._decoded(conn, frames, now)
+        return True
 
     def _continues_body(self, conn: StreamRules, data: bytes) -> bool:
         """Take ``data`` if it only continues the body of the frame in progress: to its
@@ -146,7 +150,7 @@ class Inbound:
         copy, no wait for the frame's end); else kept until the frame is complete.
         The middle of a large frame: nothing for the layer above to act on."""
         decoder = self._decoder
-        if len(data) >= HAND_ON_SIZE:
+        if len(data) >= HAND_ON_SIZE:  # (shorter middles were kept by ``receive``)
             header = decoder.body_header(data)  # -1 (flag 7) if it does not continue a body
             if 0 < header & 7 <= _MESSAGE_INITIATOR:
                 record = conn.streams.get((header >> 3) << 1 | (header & 1))
@@ -158,7 +162,8 @@ class Inbound:
                     if self._tracing:
                         self._trace.received_body(header, len(data) + len(kept or b""))  # type: ignore[union-attr]
                     return True
-        return decoder.absorb(data)  # False: it completes the frame, or is no body
+            return decoder.absorb(data)  # False: it completes the frame, or is no body
+        return False
 
     def _release_views(self) -> None:
         """Give every buffer still holding a view of the last input a copy instead, so

@@ -192,8 +192,8 @@ class Reader:
         try:
             if data is None:
                 protocol.resume_input(trio.current_time())
-            else:
-                protocol.receive_data(data, trio.current_time())
+            elif not protocol.receive_data(data, trio.current_time()):
+                return True  # the middle of a large frame: nothing to act on
         except ProtocolError as exc:
             conn.settle()
             self._broken(conn, exc)

@@ -1,7 +1,7 @@
 """Instructions per request of the request/response workload, counted by callgrind:
 a figure that does not move with the machine's load, for A/B of the per-request path.
 
-    python -m benchmarks.probe_instructions [OTHER_CHECKOUT ...] [--workload reqresp]
+    python -m benchmarks.instructions [OTHER_CHECKOUT ...] [--workload reqresp]
 
 Both sides run in one process over a socketpair (the socket fast path): 100 workers,
 each request a new stream (open, 32 B, half-close, the 32 B echo read to EOF, close),
@@ -20,7 +20,6 @@ Needs ``valgrind`` (Debian's package); a run takes about 40 s.
 from __future__ import annotations
 
 import argparse
-import os
 import re
 import shutil
 import subprocess
@@ -33,7 +32,8 @@ import mplex
 from mplex._bench import peer
 from mplex._bench.server import serve_mplex
 
-CHECKOUT = Path(__file__).resolve().parent.parent
+from ._measure import CHECKOUT, python
+
 #: Requests (or sends) per worker of the two runs whose difference is counted.
 SHORT, LONG = 10, 30
 WORKERS = 100
@@ -91,21 +91,13 @@ def units(workload: str) -> int:
 
 
 def instructions(checkout: Path, workload: str, count: int) -> int:
-    env = {**os.environ, "PYTHONPATH": str(checkout), "PYTHONHASHSEED": "0"}
-    command = [
-        "valgrind",
-        "--tool=callgrind",
-        "--callgrind-out-file=/dev/null",
-        sys.executable,
-        str(Path(__file__).resolve()),  # this script, importing the checkout's mplex
-        "--run",
-        workload,
-        str(count),
-    ]
-    out = subprocess.run(command, cwd=checkout, env=env, capture_output=True, text=True, check=True)
-    found = re.search(r"Collected : (\d+)", out.stderr)
-    if found is None:
-        raise RuntimeError(f"callgrind printed no count:\n{out.stderr[-2000:]}")
+    # This script, importing the checkout's mplex, under callgrind.
+    script = str(Path(__file__).resolve())
+    child = python(script, "--run", workload, str(count), checkout=checkout, stderr=subprocess.PIPE)
+    _, errors = child.communicate()
+    found = re.search(r"Collected : (\d+)", errors)
+    if child.returncode or found is None:
+        raise RuntimeError(f"callgrind printed no count:\n{errors[-2000:]}")
     return int(found.group(1))
 
 

@@ -9,21 +9,21 @@ the receiving task by rescheduling it, nothing more: no stream table, no limits,
 checks).  Each is run three times, in turns.  Prints the receiver's throughput and
 how busy its CPU was (near 100%: the receiver is the limit).
 
-    python -m benchmarks.probe_tls_receive
+    python -m benchmarks.tls_receive
 """
 
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
-import time
 
 import trio
 
 import mplex
 from mplex._bench.channel import tls_context
 from mplex._trio.transport.base import READ_SIZE
+
+from ._measure import python, spent
 
 SIZE = 64 * 1024
 TOTAL = 384 * 1024 * 1024
@@ -123,27 +123,26 @@ def _uvarint(chunk: bytes, pos: int) -> tuple[int, int]:
 async def receive(impl: str) -> str:
     listener = (await trio.open_tcp_listeners(0, host="127.0.0.1"))[0]
     port = listener.socket.getsockname()[1]
-    sender = subprocess.Popen([sys.executable, "-m", "benchmarks.probe_tls_receive", "send", impl, str(port)])
+    sender = python("-m", "benchmarks.tls_receive", "send", impl, str(port))
     tls = trio.SSLStream(await listener.accept(), tls_context(server_side=True), server_side=True)
     await tls.do_handshake()
     got = 0
-    cpu, wall = time.process_time(), time.perf_counter()
-    if impl == "raw":
-        while got < TOTAL:
-            got += len(await tls.receive_some(1 << 20))
-        await tls.send_all(b"k")
-    elif impl == "floor":
-        got = await receive_floor(tls)
-        await tls.send_all(b"\x01\x01k")  # a Message to the sender's stream 0: "k"
-    else:
-        async with mplex.open_muxer(tls, mplex.Config(socket_fast_path=False)) as muxer:
-            stream = await muxer.accept_stream()
+    with spent() as took:
+        if impl == "raw":
             while got < TOTAL:
-                got += len(await stream.receive_some())
-            await stream.send_all(b"k")
-    cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+                got += len(await tls.receive_some(1 << 20))
+            await tls.send_all(b"k")
+        elif impl == "floor":
+            got = await receive_floor(tls)
+            await tls.send_all(b"\x01\x01k")  # a Message to the sender's stream 0: "k"
+        else:
+            async with mplex.open_muxer(tls, mplex.Config(socket_fast_path=False)) as muxer:
+                stream = await muxer.accept_stream()
+                while got < TOTAL:
+                    got += len(await stream.receive_some())
+                await stream.send_all(b"k")
     sender.wait()
-    return f"{impl:5} receiver {TOTAL / wall / 1e6:5.0f} MB/s, its CPU busy {cpu / wall:4.0%}"
+    return f"{impl:5} receiver {TOTAL / took.wall / 1e6:5.0f} MB/s, its CPU busy {took.cpu / took.wall:4.0%}"
 
 
 def main() -> None:
