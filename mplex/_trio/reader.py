@@ -101,9 +101,10 @@ class Reader:
                         self.state = "reading"
                     if data is None:
                         continue  # nothing now, or moved aside: look again
-                    if not self.consume(conn, data):
+                    acted = self._feed(conn, data)
+                    if acted is None:
                         return
-                    if protocol.input_pending:
+                    if acted and protocol.input_pending:
                         break  # the rest of this read first, between yields
                     if transport.yield_due:
                         await trio.lowlevel.cancel_shielded_checkpoint()
@@ -170,38 +171,40 @@ class Reader:
     def consume(self, conn: ReaderHost, data: bytes | bytearray) -> bool:
         """Hand one chunk read from the transport to the protocol; False once the
         connection has ended (``b""`` is the end of the input)."""
-        if not conn.running:
-            return False
-        if data and self._linger_scope is not None:
-            self.input_progressed()
-        return self._feed(conn, data)
+        return self._feed(conn, data) is not None
 
     def _resume(self, conn: ReaderHost) -> bool:
         """The next part of an input that held more than ``Config.frames_per_yield``."""
-        return self._feed(conn, None)
+        return self._feed(conn, None) is not None
 
-    def _feed(self, conn: ReaderHost, data: bytes | bytearray | None) -> bool:
+    def _feed(self, conn: ReaderHost, data: bytes | bytearray | None) -> bool | None:
         """``data`` (None: the rest of the last input) to the protocol, then the driver
-        acts on what changed; False if the input ended or broke the protocol."""
+        acts on what changed.  None once the connection has ended (the input ended or
+        broke the protocol); False if nothing changed (the middle of a large frame)."""
+        if not conn.running:
+            return None
         protocol = self._protocol
-        if data and self._flush_on_input is not None:
-            # If the writer waits for the program to idle, what is queued answers
-            # earlier input: it leaves now, and the peer works on it meanwhile,
-            # instead of when the answers to this input are made too.
-            self._flush_on_input()
+        if data:
+            if self._linger_scope is not None:
+                self.input_progressed()
+            if self._flush_on_input is not None:
+                # If the writer waits for the program to idle, what is queued answers
+                # earlier input: it leaves now, and the peer works on it meanwhile,
+                # instead of when the answers to this input are made too.
+                self._flush_on_input()
         try:
             if data is None:
                 protocol.resume_input(trio.current_time())
             elif not protocol.receive_data(data, trio.current_time()):
-                return True  # the middle of a large frame: nothing to act on
+                return False
         except ProtocolError as exc:
             conn.settle()
             self._broken(conn, exc)
-            return False
+            return None
         conn.settle()
         if data is not None and not data:
             self._input_ended(conn)
-            return False
+            return None
         return True
 
     def _broken(self, conn: ReaderHost, exc: ProtocolError) -> None:
