@@ -14,19 +14,41 @@ from mplex._engine.states import Direction, StreamState
 from tests.helpers import frame
 
 
+class Clock:
+    """The time the protocol connections of these tests see (set ``now``)."""
+
+    now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+CLOCK = Clock()
+
+
+def connection(config: Config | None = None) -> Connection:
+    return Connection(config or Config(), clock=CLOCK)
+
+
+def receive(engine: Connection, data: bytes, now: float = 0.0) -> None:
+    """``data`` from the peer, at ``now``."""
+    CLOCK.now = now
+    engine.receive_data(data)
+
+
 class Pair:
     """Two protocol connections, ``a`` and ``b``, and the wire between them."""
 
     def __init__(self, config: Config | None = None, config_b: Config | None = None) -> None:
-        self.a = Connection(config or Config())
-        self.b = Connection(config_b or config or Config())
+        self.a = connection(config)
+        self.b = connection(config_b or config)
         self.now = 0.0
 
     def deliver(self, source: Connection, target: Connection) -> bytes:
         """What ``source`` queued, received by ``target``; the bytes."""
         data, _ = source.outbox.take()
         if data:
-            target.receive_data(bytes(data), self.now)
+            receive(target, bytes(data), self.now)
         return bytes(data)
 
     def exchange(self) -> None:
@@ -63,21 +85,21 @@ class TestOpening:
         assert mine.key != pair.a.accept().key  # stream 0 each way: two streams
 
     def test_ids_stop_at_two_to_the_sixty(self) -> None:
-        engine = Connection(Config())
+        engine = connection(Config())
         engine.table.next_id = (1 << 60) - 1
         assert engine.open(None).id == (1 << 60) - 1
         with pytest.raises(MplexError, match=r"2\*\*60"):
             engine.open(None)
 
     def test_a_second_new_stream_for_an_open_id_breaks_the_protocol(self) -> None:
-        engine = Connection(Config())
-        engine.receive_data(frame(5, Flag.NEW_STREAM), 0.0)
+        engine = connection(Config())
+        receive(engine, frame(5, Flag.NEW_STREAM), 0.0)
         with pytest.raises(ProtocolError, match="already has open"):
-            engine.receive_data(frame(5, Flag.NEW_STREAM), 0.0)
+            receive(engine, frame(5, Flag.NEW_STREAM), 0.0)
 
     def test_a_peers_long_name_is_cut_to_the_limit(self) -> None:
-        engine = Connection(Config(max_stream_name_size=4))
-        engine.receive_data(frame(0, Flag.NEW_STREAM, b"a long name"), 0.0)
+        engine = connection(Config(max_stream_name_size=4))
+        receive(engine, frame(0, Flag.NEW_STREAM, b"a long name"), 0.0)
         assert engine.accept().name == b"a lo"
 
 
@@ -118,7 +140,7 @@ class TestData:
         pair.a.outbox.append_control(frame(0, Flag.CLOSE_INITIATOR))  # a repeated Close
         pair.deliver(pair.a, pair.b)
         with pytest.raises(ProtocolError, match="max_ignored_frames"):
-            pair.b.receive_data(frame(0, Flag.CLOSE_INITIATOR), 0.0)
+            receive(pair.b, frame(0, Flag.CLOSE_INITIATOR), 0.0)
 
 
 class TestResets:
@@ -165,7 +187,7 @@ class TestResets:
 
 class TestLimits:
     def test_our_slot_frees_when_we_close_not_only_when_the_stream_finishes(self) -> None:
-        engine = Connection(Config(max_outbound_streams=1))
+        engine = connection(Config(max_outbound_streams=1))
         record = engine.open(None)
         assert not engine.slot_free
         engine.close(record)
@@ -175,24 +197,24 @@ class TestLimits:
 
     def test_inbound_beyond_the_limit_or_the_backlog_is_refused(self) -> None:
         config = Config(max_inbound_streams=2, accept_backlog=1, max_refused_streams=2, abuse_window=10)
-        engine = Connection(config)
-        engine.receive_data(frame(0, Flag.NEW_STREAM), 0.0)
-        engine.receive_data(frame(1, Flag.NEW_STREAM), 0.0)  # the backlog is full
+        engine = connection(config)
+        receive(engine, frame(0, Flag.NEW_STREAM), 0.0)
+        receive(engine, frame(1, Flag.NEW_STREAM), 0.0)  # the backlog is full
         assert engine.outbox.take()[0] == frame(1, Flag.RESET_RECEIVER)
         engine.accept()
-        engine.receive_data(frame(2, Flag.NEW_STREAM), 1.0)
-        engine.receive_data(frame(3, Flag.NEW_STREAM), 1.0)  # two open: the limit
+        receive(engine, frame(2, Flag.NEW_STREAM), 1.0)
+        receive(engine, frame(3, Flag.NEW_STREAM), 1.0)  # two open: the limit
         assert engine.counters.streams_refused == 2
         with pytest.raises(ProtocolError, match="max_refused_streams"):
-            engine.receive_data(frame(4, Flag.NEW_STREAM), 2.0)
+            receive(engine, frame(4, Flag.NEW_STREAM), 2.0)
 
 
 class TestBudgets:
     def test_frames_for_unknown_streams_are_spent_from_their_budget(self) -> None:
-        engine = Connection(Config(max_unknown_stream_frames=1))
-        engine.receive_data(frame(99, Flag.MESSAGE_INITIATOR, b"x"), 0.0)
+        engine = connection(Config(max_unknown_stream_frames=1))
+        receive(engine, frame(99, Flag.MESSAGE_INITIATOR, b"x"), 0.0)
         with pytest.raises(ProtocolError, match="max_unknown_stream_frames"):
-            engine.receive_data(frame(98, Flag.MESSAGE_INITIATOR, b"x"), 0.0)
+            receive(engine, frame(98, Flag.MESSAGE_INITIATOR, b"x"), 0.0)
 
     def test_frames_for_finished_streams_count_as_ignored_frames(self) -> None:
         pair = Pair(config_b=Config(max_ignored_frames=3, max_unknown_stream_frames=1))
@@ -201,59 +223,59 @@ class TestBudgets:
         pair.deliver(pair.a, pair.b)
         assert theirs.key not in pair.b.streams  # finished: a tombstone
         for _ in range(3):  # late frames for it: expected, but not free
-            pair.b.receive_data(frame(0, Flag.MESSAGE_INITIATOR, b"late"), 0.0)
+            receive(pair.b, frame(0, Flag.MESSAGE_INITIATOR, b"late"), 0.0)
         with pytest.raises(ProtocolError, match="max_ignored_frames"):
-            pair.b.receive_data(frame(0, Flag.CLOSE_INITIATOR), 0.0)
+            receive(pair.b, frame(0, Flag.CLOSE_INITIATOR), 0.0)
 
     def test_budgets_count_over_a_sliding_window_of_passed_in_time(self) -> None:
-        engine = Connection(Config(max_unknown_stream_frames=2, abuse_window=10))
+        engine = connection(Config(max_unknown_stream_frames=2, abuse_window=10))
         for number, now in enumerate((0.0, 1.0, 25.0, 25.1)):  # the first two are forgotten
-            engine.receive_data(frame(100 + number, Flag.MESSAGE_INITIATOR, b"x"), now)
+            receive(engine, frame(100 + number, Flag.MESSAGE_INITIATOR, b"x"), now)
         with pytest.raises(ProtocolError, match="max_unknown_stream_frames"):
-            engine.receive_data(frame(200, Flag.MESSAGE_INITIATOR, b"x"), 25.2)
+            receive(engine, frame(200, Flag.MESSAGE_INITIATOR, b"x"), 25.2)
 
     def test_the_tombstone_limit_covers_every_stream_both_sides_may_have_open_twice(self) -> None:
         config = Config(max_inbound_streams=5000, max_outbound_streams=3000)
-        assert Connection(config).table.tombstone_limit == 16_000
+        assert connection(config).table.tombstone_limit == 16_000
 
 
 class TestWorkPerInput:
     def test_one_input_is_dispatched_at_most_frames_per_yield_frames_at_a_time(self) -> None:
-        engine = Connection(Config(frames_per_yield=10, max_ignored_frames=10**6))
-        engine.receive_data(frame(0, Flag.NEW_STREAM), 0.0)
+        engine = connection(Config(frames_per_yield=10, max_ignored_frames=10**6))
+        receive(engine, frame(0, Flag.NEW_STREAM), 0.0)
         record = engine.accept()
         # A zero-length frame between two data frames keeps them from merging into one.
         pieces = frame(0, Flag.MESSAGE_INITIATOR, b"x") + frame(0, Flag.MESSAGE_INITIATOR)
         noise = pieces * 50
-        engine.receive_data(noise, 0.0)
+        receive(engine, noise, 0.0)
         assert engine.input_pending and record.unread.size < 50
         while engine.input_pending:
-            engine.resume_input(0.0)
+            engine.resume_input()
         assert record.unread.size == 50
 
     def test_one_input_opens_at_most_arrivals_per_step_streams_at_a_time(self) -> None:
         """A read full of requests starts their handlers in groups, so the replies of
         one group can leave while the next is worked on."""
-        engine = Connection(Config())
+        engine = connection(Config())
         count = 2 * ARRIVALS_PER_STEP + 5
         requests = (frame(i, Flag.NEW_STREAM) + frame(i, Flag.MESSAGE_INITIATOR, b"q") for i in range(count))
-        engine.receive_data(b"".join(requests), 0.0)
+        receive(engine, b"".join(requests), 0.0)
         assert len(engine.backlog) == ARRIVALS_PER_STEP and engine.input_pending
         steps = 1
         while engine.input_pending:
-            engine.resume_input(0.0)
+            engine.resume_input()
             steps += 1
         assert steps == 3
         assert [r.id for r in engine.backlog] == list(range(count))
         assert all(r.unread.size == 1 for r in engine.backlog)  # no frame lost or repeated
 
     def test_frames_before_a_broken_one_are_all_acted_on_however_many_streams_they_open(self) -> None:
-        engine = Connection(Config(max_message_size=100))
+        engine = connection(Config(max_message_size=100))
         count = ARRIVALS_PER_STEP + 5
         opening = b"".join(frame(i, Flag.NEW_STREAM) for i in range(count))
         too_long = frame(0, Flag.MESSAGE_INITIATOR, b"x" * 101)
         with pytest.raises(ProtocolError):
-            engine.receive_data(opening + too_long, 0.0)
+            receive(engine, opening + too_long, 0.0)
         assert len(engine.backlog) == count and not engine.input_pending
 
 

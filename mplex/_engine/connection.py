@@ -1,8 +1,9 @@
 """One mplex connection's protocol state (sans-IO): ``Connection``, and the ``Notice``
 it hands the layer above.
 
-Like h11's and h2's connection objects, it answers through methods and never waits,
-wakes or reads a clock (time is passed in):
+Like h11's and h2's connection objects, it answers through methods and never waits
+or wakes (the time comes from the ``clock`` it is given, asked only when a frame is
+acted on):
 
 * bytes from the peer go in through ``receive_data`` (``b""``: the input ended), and
   the rest of a large input through ``resume_input`` while ``input_pending``;
@@ -23,6 +24,8 @@ opener, so it names a stream the peer opened; an odd flag names one we opened.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 from .budget import AbuseBudgets
 from .config import Config
@@ -68,7 +71,9 @@ class Notice:
 class Connection:
     """One connection's protocol state: see the module docstring."""
 
-    def __init__(self, config: Config, trace: FrameTrace | None = None) -> None:
+    def __init__(
+        self, config: Config, *, clock: Callable[[], float], trace: FrameTrace | None = None
+    ) -> None:
         self.config = config
         #: The one encoder of the frames this connection sends in pieces.
         self.encoder = Encoder(config.max_send_frame_size)
@@ -88,7 +93,7 @@ class Connection:
         #: False once nothing more may be queued; control frames are then dropped.
         self.may_send = True
         self._notice = Notice()
-        self._inbound = Inbound(config, trace)
+        self._inbound = Inbound(config, clock, trace)
 
     # -- what the layer above acts on ---------------------------------------------------------
 
@@ -109,7 +114,7 @@ class Connection:
 
     # -- input ----------------------------------------------------------------------------------
 
-    def receive_data(self, data: bytes | bytearray, now: float) -> bool:
+    def receive_data(self, data: bytes | bytearray) -> bool:
         """What the transport delivered; ``b""`` when its input ended (then see
         ``input_cut``).  Raises ``ProtocolError`` when it breaks the protocol or a budget,
         after acting on the frames before the offending one.  At most
@@ -117,16 +122,16 @@ class Connection:
         ``resume_input`` (``input_pending``).  False when ``data`` only continued the
         body of a frame (a TLS record in the middle of a large one): then nothing
         changed that the layer above acts on, and nothing is pending."""
-        return self._inbound.receive(self, data, now)
+        return self._inbound.receive(self, data)
 
     @property
     def input_pending(self) -> bool:
         """True while part of the last input waits for ``resume_input``."""
         return self._inbound.pending
 
-    def resume_input(self, now: float) -> None:
+    def resume_input(self) -> None:
         """Act on the next part of an input left pending."""
-        self._inbound.resume(self, now)
+        self._inbound.resume(self)
 
     def input_cut(self) -> int:
         """Bytes of an unfinished frame when the input ended (0: a clean end)."""

@@ -12,6 +12,7 @@ refer to each other).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Protocol
 
 from .budget import AbuseBudgets
@@ -87,8 +88,10 @@ class StreamRules(Protocol):
 class Inbound:
     """The input state of one connection: see the module docstring."""
 
-    def __init__(self, config: Config, trace: FrameTrace | None) -> None:
+    def __init__(self, config: Config, clock: Callable[[], float], trace: FrameTrace | None) -> None:
         self._config = config
+        #: The time, in seconds, for the abuse budgets' windows.
+        self._clock = clock
         #: Decodes the input, at most ``Config.frames_per_yield`` frames per step.
         self._decoder = Decoder(
             config.max_message_size, coalesce=True, frames_per_feed=config.frames_per_yield, views=True
@@ -116,7 +119,7 @@ class Inbound:
         """Bytes of an unfinished frame when the input ended (0: a clean end)."""
         return self._decoder.buffered
 
-    def receive(self, conn: StreamRules, data: bytes | bytearray, now: float) -> bool:
+    def receive(self, conn: StreamRules, data: bytes | bytearray) -> bool:
         """Take what the transport delivered (see ``Connection.receive_data``); False
         when it only continued the body in progress (nothing to act on)."""
         if self._viewing:
@@ -133,15 +136,15 @@ class Inbound:
         if not self._held and self._continues_body(conn, data):
             return True
         while self.pending:  # the rest of an earlier input comes first
-            self.resume(conn, now)
+            self.resume(conn)
         try:
             frames = self._decoder.feed_raw(data)
         except ProtocolError as exc:
-            self._decoded(conn, exc.decoded, now)
+            self._decoded(conn, exc.decoded)
             while self._held:  # every frame before the offending one is acted on
-                self.resume(conn, now)
+                self.resume(conn)
             raise
-        self._decoded(conn, frames, now)
+        self._decoded(conn, frames)
         return True
 
     def _continues_body(self, conn: StreamRules, data: bytes) -> bool:
@@ -172,22 +175,23 @@ class Inbound:
             buffer.own()
         self._viewing.clear()
 
-    def resume(self, conn: StreamRules, now: float) -> None:
+    def resume(self, conn: StreamRules) -> None:
         """The next part of an input left ``pending``: the frames held back after
         ``ARRIVALS_PER_STEP`` new streams, or the next ``Config.frames_per_yield``."""
         if self._held:
             frames, self._held = self._held, []
-            self._dispatch(conn, frames, now)
+            self._dispatch(conn, frames)
         else:
-            self._decoded(conn, self._decoder.resume_raw(), now)
+            self._decoded(conn, self._decoder.resume_raw())
 
-    def _decoded(self, conn: StreamRules, frames: list[RawFrame], now: float) -> None:
+    def _decoded(self, conn: StreamRules, frames: list[RawFrame]) -> None:
         """Frames fresh from the decoder (held frames were traced already)."""
         if self._tracing:
             self._trace.received(frames)  # type: ignore[union-attr]
-        self._dispatch(conn, frames, now)
+        self._dispatch(conn, frames)
 
-    def _dispatch(self, conn: StreamRules, frames: list[RawFrame], now: float) -> None:
+    def _dispatch(self, conn: StreamRules, frames: list[RawFrame]) -> None:
+        now = self._clock()  # once a step, for the budgets
         streams = conn.streams
         budgets = conn.budgets
         arrivals = 0

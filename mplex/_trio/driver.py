@@ -58,7 +58,7 @@ class Driver:
         self.life = Lifecycle()
         self.trace = FrameTracer(self.log)
         #: The protocol (sans-IO); the outbox is where streams append their frames.
-        self.protocol = protocol = Connection(config, self.trace)
+        self.protocol = protocol = Connection(config, clock=trio.current_time, trace=self.trace)
         self.outbox = protocol.outbox
         self.transport = transport_for(transport_stream, config)
         self.writer = Writer(protocol, self.transport, config.max_flush_delay, self.trace)

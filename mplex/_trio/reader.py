@@ -181,7 +181,7 @@ class Reader:
         """``data`` (None: the rest of the last input) to the protocol, then the driver
         acts on what changed.  None once the connection has ended (the input ended or
         broke the protocol); False if nothing changed (the middle of a large frame)."""
-        if not conn.running:
+        if not conn.life.running:
             return None
         protocol = self._protocol
         if data:
@@ -194,8 +194,8 @@ class Reader:
                 self._flush_on_input()
         try:
             if data is None:
-                protocol.resume_input(trio.current_time())
-            elif not protocol.receive_data(data, trio.current_time()):
+                protocol.resume_input()
+            elif not protocol.receive_data(data):
                 return False
         except ProtocolError as exc:
             conn.settle()

@@ -27,7 +27,7 @@ import trio
 
 from .._engine.connection import Connection
 from .._engine.record import StreamRecord
-from .errors import ConnectionLost
+from .errors import ConnectionLost, Lifecycle
 from .writer import Writer
 
 __all__ = ["ReaderHost", "ReaderThrottle"]
@@ -171,6 +171,9 @@ class ReaderThrottle:
 
 class ReaderHost(Protocol):
     """The calls the reader makes on its connection."""
+
+    #: Whether the connection still runs (``life.running``, read on every read).
+    life: Lifecycle
 
     @property
     def running(self) -> bool:
