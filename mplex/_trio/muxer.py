@@ -4,23 +4,23 @@ Theory of operation
 -------------------
 The library is in two layers (``docs/design.md`` draws them):
 
-* The **sans-IO engine** (``mplex._engine``) owns every protocol rule: the codec, one
-  ``StreamRecord`` per stream (its state on the wire, its directions, its unread
+* The **sans-IO protocol** (``mplex/_engine/``) owns every protocol rule: the codec,
+  one ``StreamRecord`` per stream (its state on the wire, its directions, its unread
   data), the table, ids, limits, the accept backlog, tombstones, the abuse budgets, and
-  the ``Outbox`` of bytes to send.  ``Engine.receive`` takes what the transport
-  delivered and reports what changed; the program's actions on streams go through it
-  too.  It never imports trio.
-* The **trio layer** moves bytes and wakes tasks.  ``Connection`` (``_connection``)
-  ties the engine to a ``Transport`` (``_transport``: the socket fast path or the
-  generic path over any ``trio.abc.Stream``) through two tasks: the ``Reader``
-  (``_reader``), the one loop that reads, and the ``Writer`` (``_writer``), the one
-  that writes, with its flush policy.  ``ReaderThrottle`` (``_throttle``) pauses the
-  reader for slow readers.  Each ``MplexStream`` (``_stream``) is a handle on a record
-  that talks to its connection through ``StreamHost`` (``_host``).
+  the ``Outbox`` of bytes to send.  Its ``Connection`` answers through methods: bytes
+  go in with ``receive_data``, the program's actions on streams go in too, and what
+  the layer above must act on comes out of ``take_notice``.  It never imports trio.
+* The **trio layer** (``mplex/_trio/``) moves bytes and wakes tasks.  The ``Driver``
+  (``driver``) runs the protocol over a ``Transport`` (``transport/``: the socket
+  fast path or the generic path over any ``trio.abc.Stream``) with two tasks: the
+  ``Reader`` (``reader``), the one loop that reads, and the ``Writer`` (``writer``),
+  the one that writes, with its flush policy.  ``ReaderThrottle`` (``throttle``)
+  pauses the reader for slow readers.  Each ``MplexStream`` (``stream``) is a handle
+  on a record that talks to its driver through ``StreamHost``.
 
 A frame from the peer: the reader (or a task in ``receive_some`` that borrowed the read
 turn) reads the transport, the engine decodes the bytes and delivers each Message to
-its record's unread data, and the connection reschedules the task waiting on that
+its record's unread data, and the driver reschedules the task parked on that
 record.  A frame to the peer: ``send_all`` appends it whole to the outbox; the writer
 writes the outbox in one transport write, or, over the socket path after a quiet
 spell, the sending task hands it to the kernel with one non-blocking write.

@@ -44,6 +44,8 @@ __all__ = ["MplexStream", "StreamHost"]
 _BULK_DELIVERY = 4096
 _ENDED, _CLOSED = Direction.ENDED, Direction.CLOSED
 _SEND_BUSY = "another task is sending on this stream"
+_PRIVATE_SLOTS = "__weakref__ _frame_size _frames _host _outbox _prefix _prefix_size _receiving _record"
+_PRIVATE_SLOTS += " _sending _writer"
 _RECEIVE_BUSY = "another task is receiving on this stream"
 # send_all's checkpoints, bound once: the 32-byte send_all loop calls them millions of times.
 _checkpoint = trio.lowlevel.checkpoint
@@ -99,17 +101,7 @@ class MplexStream(trio.abc.HalfCloseableStream):
 
     # Slots with docstrings, so that help() and the API reference list what a stream is.
     __slots__ = {
-        "__weakref__": "",
-        "_frame_size": "",
-        "_frames": "",
-        "_host": "",
-        "_outbox": "",
-        "_prefix": "",
-        "_prefix_size": "",
-        "_receiving": "",
-        "_record": "",
-        "_sending": "",
-        "_writer": "",
+        **dict.fromkeys(_PRIVATE_SLOTS.split(), ""),
         "id": "The stream number (unique per opener, not per connection).",
         "is_initiator": "True if this side opened the stream.",
         "key": "Unique within the connection (each side numbers its own streams): ``id << 1 | is_initiator``",
