@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from mplex import Config, Flag, MplexError, ProtocolError
-from mplex._engine.connection import Connection
+from mplex._engine.connection import Connection, Notice
 from mplex._engine.inbound import ARRIVALS_PER_STEP
 from mplex._engine.record import Broken, StreamRecord
 from mplex._engine.states import Direction, StreamState
@@ -73,8 +73,8 @@ class TestOpening:
         pair = Pair()
         ours, theirs = pair.opened(b"chat")
         assert (ours.id, ours.is_initiator, theirs.id, theirs.is_initiator) == (0, True, 0, False)
-        notice = pair.b.take_notice()
-        assert theirs.name == b"chat" and notice is not None and notice.arrived
+        events, _ = pair.b.take_notice()
+        assert theirs.name == b"chat" and events & Notice.ARRIVED
         assert pair.a.open(None).name == b"1"  # the default name is the number
 
     def test_each_side_numbers_its_own_streams_from_zero(self) -> None:
@@ -111,9 +111,9 @@ class TestData:
         pair.b.take_notice()
         pair.send(pair.a, ours, b"hello")
         pair.deliver(pair.a, pair.b)
-        notice = pair.b.take_notice()
-        assert notice is not None and notice.woken == ["a task"] and theirs.waiter is None
-        assert pair.b.take_notice() is None  # handed over once
+        _, woken = pair.b.take_notice()
+        assert woken == ["a task"] and theirs.waiter is None
+        assert pair.b.take_notice() == (0, [])  # handed over once
         assert pair.b.take(theirs, None) == b"hello" and pair.b.unread.total == 0
 
     def test_half_close_ends_one_direction_and_both_closes_finish_the_stream(self) -> None:
@@ -191,8 +191,8 @@ class TestLimits:
         record = engine.open(None)
         assert not engine.slot_free
         engine.close(record)
-        notice = engine.take_notice()
-        assert engine.slot_free and notice is not None and notice.slot_freed
+        events, _ = engine.take_notice()
+        assert engine.slot_free and events & Notice.SLOT_FREED
         assert record.key in engine.streams  # the peer's half is still open
 
     def test_inbound_beyond_the_limit_or_the_backlog_is_refused(self) -> None:

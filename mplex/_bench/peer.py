@@ -116,7 +116,7 @@ async def case_floor(client: Client, args: argparse.Namespace) -> dict[str, Any]
     assert isinstance(conn, trio.SocketStream)
     count, size = args.count, args.size
     chunk = b"x" * size
-    prefix = mplex.encode_uvarint(0 << 3 | 2) + mplex.encode_uvarint(size)
+    prefix = mplex.Encoder().prefix(0, mplex.Flag.MESSAGE_INITIATOR, size)
     start = time.perf_counter()
     buf = bytearray()
     for _ in range(count):

@@ -9,10 +9,10 @@ acted on):
   the rest of a large input through ``resume_input`` while ``input_pending``;
 * the program's actions on streams go in through ``open``, ``accept``, ``take``,
   ``send_close``, ``close`` and ``reset``; the program's Message frames are appended
-  to the ``outbox`` (``Outbox.append_frame``, ``frame_prefix``, ``queue_data``);
-* what the layer above must act on comes out of ``take_notice``: a ``Notice`` of the
-  tasks to wake and of who else should look again; the bytes to send come out of the
-  ``outbox`` (``Outbox.take``).
+  to the ``outbox`` (``wire.frame_prefix``, ``queue_data``);
+* what the layer above must act on comes out of ``take_notice``: the tasks to wake and
+  the events (``Notice``) that say who else should look again; the bytes to send come
+  out of the ``outbox`` (``Outbox.take``).
 
 It owns every rule: the stream table, ids, limits, the accept backlog, tombstones of
 finished streams, the abuse budgets, and what may be sent.  The per-frame input path is
@@ -32,7 +32,15 @@ from .config import Config
 from .inbound import FrameTrace, Inbound
 from .outbox import Outbox
 from .record import Broken, StreamRecord
-from .states import FINISHED_STATES, TRANSITIONS, Direction, StreamEvent, StreamState, Verdict, end_direction
+from .states import (
+    FINISHED_STATES,
+    RECEIVABLE_STATES,
+    TRANSITIONS,
+    Direction,
+    StreamEvent,
+    Verdict,
+    end_direction,
+)
 from .stats import Counters
 from .table import StreamTable
 from .unread import UnreadAccount
@@ -44,28 +52,27 @@ _OK = Verdict.OK
 _RESET_RECEIVER = int(Flag.RESET_RECEIVER)
 _OPEN, _ENDED, _RESET = Direction.OPEN, Direction.ENDED, Direction.RESET
 _LOST, _CLOSED = Direction.LOST, Direction.CLOSED
-#: States whose direction from the peer is still open on the wire.
-RECEIVABLE = frozenset({StreamState.OPEN, StreamState.LOCAL_CLOSED})
 
 
 class Notice:
-    """What engine calls changed that the layer above must act on (``take_notice``)."""
+    """The events of a notice (``Connection.take_notice``): bits of one ``int``."""
 
-    __slots__ = ("arrived", "changed", "control", "released", "slot_freed", "woken")
+    #: A stream's state changed: senders waiting for room should look again.
+    CHANGED = 1
+    #: New streams arrived in the backlog.
+    ARRIVED = 2
+    #: A ``max_outbound_streams`` slot came free (or none ever will).
+    SLOT_FREED = 4
+    #: Control frames were queued in the outbox: they must leave.
+    CONTROL = 8
+    #: Unread bytes were dropped (a reader paused for the buffers may go on).
+    RELEASED = 16
 
-    def __init__(self) -> None:
-        #: Tasks parked on records (``StreamRecord.park``) that must run again.
-        self.woken: list[object] = []
-        #: A stream's state changed: senders waiting for room should look again.
-        self.changed = False
-        #: New streams arrived in the backlog.
-        self.arrived = False
-        #: A ``max_outbound_streams`` slot came free (or none ever will).
-        self.slot_freed = False
-        #: Control frames queued in the outbox: they must leave.
-        self.control = 0
-        #: Unread bytes were dropped (a reader paused for the buffers may go on).
-        self.released = False
+
+_CHANGED, _ARRIVED, _SLOT_FREED = Notice.CHANGED, Notice.ARRIVED, Notice.SLOT_FREED
+_CONTROL, _RELEASED = Notice.CONTROL, Notice.RELEASED
+#: ``take_notice`` when nothing happened.
+_NOTHING: tuple[int, list[object]] = (0, [])
 
 
 class Connection:
@@ -92,25 +99,23 @@ class Connection:
         self.budgets = AbuseBudgets(config)
         #: False once nothing more may be queued; control frames are then dropped.
         self.may_send = True
-        self._notice = Notice()
+        # What the layer above must act on, handed over by ``take_notice``.
+        self._events = 0
+        self._woken: list[object] = []
         self._inbound = Inbound(config, clock, trace)
 
     # -- what the layer above acts on ---------------------------------------------------------
 
-    def take_notice(self) -> Notice | None:
-        """What changed since the last call, or None if nothing did."""
-        notice = self._notice
-        if (
-            notice.woken
-            or notice.changed
-            or notice.arrived
-            or notice.slot_freed
-            or notice.control
-            or notice.released
-        ):
-            self._notice = Notice()
-            return notice
-        return None
+    def take_notice(self) -> tuple[int, list[object]]:
+        """What changed since the last call: the events (``Notice`` bits; 0 if none) and
+        the tasks parked on records (``StreamRecord.park``) that must run again."""
+        events, woken = self._events, self._woken
+        if not events and not woken:
+            return _NOTHING
+        self._events = 0
+        if woken:
+            self._woken = []
+        return events, woken
 
     # -- input ----------------------------------------------------------------------------------
 
@@ -170,11 +175,6 @@ class Connection:
         """Up to ``max_bytes`` of ``record``'s unread data (it must have some)."""
         return self.unread.take(record.unread, record, max_bytes)
 
-    def frame_prefix(self, record: StreamRecord, size: int) -> bytes:
-        """The header and length of a Message frame of ``size`` bytes on ``record``
-        (at most ``max_send_frame_size``: the caller checked)."""
-        return frame_prefix(record.id, record.data_flag, size)
-
     def queue_data(self, record: StreamRecord, view: memoryview) -> int:
         """Queue ``view`` as Message frames on ``record``; how many."""
         return self.outbox.append_frames(self.encoder, record.id, record.data_flag, view)
@@ -198,7 +198,7 @@ class Connection:
         if record.receiving is _CLOSED:
             return
         record.sending = record.receiving = _CLOSED
-        if record.unread.size and self.discard(record) and record.state in RECEIVABLE:
+        if record.unread.size and self.discard(record) and record.state in RECEIVABLE_STATES:
             self.send_reset(record)
         elif self.apply(record, StreamEvent.SEND_CLOSE) is _OK:
             self.control(record.id, record.flag(Flag.CLOSE_INITIATOR))
@@ -236,7 +236,7 @@ class Connection:
         for record in list(self.streams.values()):
             record.sending = end_direction(record.sending, _LOST)
             self.changed(record)
-        self._notice.slot_freed = True  # tasks waiting for a slot must learn it too
+        self._events |= _SLOT_FREED  # tasks waiting for a slot must learn it too
 
     def end(self) -> None:
         """The connection ended: every stream breaks (the layer above keeps why)."""
@@ -245,7 +245,7 @@ class Connection:
         for record in list(self.streams.values()):
             if record.broken is None:
                 self.break_stream(record, Broken.LOST, _LOST)
-        self._notice.arrived = self._notice.slot_freed = True
+        self._events |= _ARRIVED | _SLOT_FREED
 
     # -- the rules every change follows (the program's actions and ``Inbound``) ----------------
 
@@ -265,8 +265,9 @@ class Connection:
         """After a change of ``record``'s state: wake whoever must look again, and let
         the stream go once it needs no more frames."""
         record.refresh()
-        self.wake(record)
-        self._notice.changed = True
+        if record.waiter is not None:
+            self.wake(record)
+        self._events |= _CHANGED
         if (record.state in FINISHED_STATES or record.broken is not None) and self.table.forget(record):
             self._release_slot(record)
 
@@ -274,18 +275,18 @@ class Connection:
         """The task parked on ``record``, if any, must run again."""
         task = record.unpark()
         if task is not None:
-            self._notice.woken.append(task)
+            self._woken.append(task)
 
     def arrived(self, record: StreamRecord) -> None:
         """The peer opened ``record``, which waits in the backlog."""
         self.table.add_theirs(record)
-        self._notice.arrived = True
+        self._events |= _ARRIVED
 
     def discard(self, record: StreamRecord) -> int:
         """Drop ``record``'s unread data; how much there was."""
         dropped = self.unread.drop(record.unread, record)
         if dropped:
-            self._notice.released = True
+            self._events |= _RELEASED
         return dropped
 
     def send_reset(self, record: StreamRecord) -> None:
@@ -299,9 +300,9 @@ class Connection:
         if flag >= _RESET_RECEIVER:
             self.counters.resets_sent += 1
         self.outbox.append_control(frame_prefix(stream_id, flag, len(body)) + body)
-        self._notice.control += 1
+        self._events |= _CONTROL
 
     def _release_slot(self, record: StreamRecord) -> None:
         """Our ``record`` stops counting against ``max_outbound_streams``."""
         if self.table.release_slot(record):
-            self._notice.slot_freed = True
+            self._events |= _SLOT_FREED

@@ -20,7 +20,7 @@ from .config import Config
 from .decoder import Decoder, RawFrame
 from .errors import ProtocolError
 from .record import Broken, StreamRecord
-from .states import Direction, StreamEvent, StreamState, Verdict
+from .states import RECEIVABLE_STATES, Direction, StreamEvent, Verdict
 from .stats import Counters
 from .table import StreamTable
 from .unread import ReceiveBuffer, UnreadAccount
@@ -34,8 +34,6 @@ _RESET_RECEIVER = int(Flag.RESET_RECEIVER)
 _OK = Verdict.OK
 _OPEN, _ENDED, _RESET = Direction.OPEN, Direction.ENDED, Direction.RESET
 _LOST, _CLOSED = Direction.LOST, Direction.CLOSED
-#: States whose direction from the peer is still open on the wire.
-_RECEIVABLE = frozenset({StreamState.OPEN, StreamState.LOCAL_CLOSED})
 
 #: New streams one step of input dispatches; the rest of the input waits for the next
 #: step.  A server's handlers then start in groups, and the replies of one group can
@@ -244,7 +242,7 @@ class Inbound:
         to stop (once) and return True; else False (the frame is dropped)."""
         if record.receiving is not _CLOSED:
             return False
-        if record.state in _RECEIVABLE:
+        if record.state in RECEIVABLE_STATES:
             conn.send_reset(record)
             conn.changed(record)
         return True

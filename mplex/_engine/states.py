@@ -25,6 +25,8 @@ from __future__ import annotations
 import enum
 
 __all__ = [
+    "FINISHED_STATES",
+    "RECEIVABLE_STATES",
     "TRANSITIONS",
     "ConnectionState",
     "Direction",
@@ -143,6 +145,8 @@ TRANSITIONS: dict[tuple[StreamState, StreamEvent], tuple[StreamState, Verdict]] 
 
 #: States in which the stream needs no more frames from the peer (or sends any).
 FINISHED_STATES = frozenset({StreamState.CLOSED, StreamState.RESET})
+#: States whose direction from the peer is still open on the wire.
+RECEIVABLE_STATES = frozenset({StreamState.OPEN, StreamState.LOCAL_CLOSED})
 
 
 def transition(state: StreamState, event: StreamEvent) -> tuple[StreamState, Verdict]:

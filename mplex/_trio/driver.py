@@ -3,7 +3,7 @@
 The driver runs the sans-IO protocol ``Connection`` over a ``Transport`` with two
 tasks, the ``Reader`` and the ``Writer``, and does the waiting the protocol cannot:
 tasks waiting for room in the outbox, for a stream slot, for the peer's next stream,
-or in ``receive_some``.  After every protocol call it acts on the ``Notice`` the
+or in ``receive_some``.  After every protocol call it acts on the notice the
 protocol hands back (``settle``): it wakes the receivers it names, the senders, the
 acceptors and the tasks waiting for a slot, and tells the writer about control frames.
 
@@ -23,7 +23,7 @@ from typing import Any
 import trio
 
 from .._engine.config import Config
-from .._engine.connection import Connection
+from .._engine.connection import Connection, Notice
 from .._engine.record import Broken, StreamRecord
 from .._engine.states import ConnectionState, Direction
 from .._engine.stats import MuxerStats
@@ -42,6 +42,8 @@ _CLOSED = ConnectionState.CLOSED
 #: Ends logged at DEBUG; the others (a failed transport, a broken protocol) at INFO.
 _ORDINARY_ENDS = frozenset({EndReason.PEER_CLOSED, EndReason.CLOSED})
 _SENT_CLOSE, _SENT_EOF = Direction.CLOSED, Direction.ENDED
+_CHANGED, _ARRIVED, _SLOT_FREED = Notice.CHANGED, Notice.ARRIVED, Notice.SLOT_FREED
+_CONTROL, _RELEASED = Notice.CONTROL, Notice.RELEASED
 
 
 class Driver:
@@ -84,23 +86,22 @@ class Driver:
 
     def settle(self) -> None:
         """Act on what the protocol's last calls changed."""
-        notice = self.protocol.take_notice()
-        if notice is None:
-            return
-        if notice.woken:
+        events, woken = self.protocol.take_notice()
+        if woken:
             reschedule = trio.lowlevel.reschedule
-            for task in notice.woken:
+            for task in woken:
                 reschedule(task)  # type: ignore[arg-type]
-        if notice.control:
-            self.writer.queued()
-        if notice.changed:
-            self.writer.wake_senders()
-        if notice.arrived:
-            self._accept_lot.unpark_all()
-        if notice.slot_freed:
-            self._slot_lot.unpark_all()
-        if notice.released:
-            self.throttle.recheck()
+        if events:
+            if events & _CONTROL:
+                self.writer.queued()
+            if events & _CHANGED:
+                self.writer.wake_senders()
+            if events & _ARRIVED:
+                self._accept_lot.unpark_all()
+            if events & _SLOT_FREED:
+                self._slot_lot.unpark_all()
+            if events & _RELEASED:
+                self.throttle.recheck()
 
     def _changed_here(self, record: StreamRecord) -> None:
         """The program changed ``record``: wake whoever it concerns, a receiving task
@@ -111,9 +112,6 @@ class Driver:
         self.settle()
 
     # -- what streams ask (StreamHost) ------------------------------------------------------
-
-    def frame_prefix(self, record: StreamRecord, size: int) -> bytes:
-        return self.protocol.frame_prefix(record, size)
 
     def queue_data(self, record: StreamRecord, view: memoryview) -> None:
         self.protocol.queue_data(record, view)

@@ -33,6 +33,7 @@ import trio
 from .._engine.outbox import Outbox
 from .._engine.record import StreamRecord
 from .._engine.states import Direction
+from .._engine.wire import frame_prefix
 from ._util import Buffer, byte_buffer, protected, protected_if_free
 from .writer import Writer
 
@@ -62,8 +63,6 @@ class StreamHost(Protocol):
     #: ``wake_at`` bytes, and waits for room (``wait_for_room``).
     writer: Writer
 
-    #: The header and length of a Message frame of ``size`` bytes on the stream.
-    def frame_prefix(self, record: StreamRecord, size: int) -> bytes: ...
     #: Queue ``view`` as Message frames (any length), and make sure they leave.
     def queue_data(self, record: StreamRecord, view: memoryview) -> None: ...
     #: True if the stream's receiving task may read the transport itself now.
@@ -115,8 +114,8 @@ class MplexStream(trio.abc.HalfCloseableStream):
         self._writer = host.writer
         self._frame_size = frame_size
         # Message frames queued by the small-send path and not yet counted in the
-        # outbox's ``frames`` (counted when this stream next wakes the writer or ends:
-        # a count per send would cost the hot path a call).
+        # outbox's ``frames`` (counted when this stream next wakes the writer, sends
+        # its Close or is closed: a count per send would cost the hot path a call).
         self._frames = 0
         self.id = record.id
         self.is_initiator = record.is_initiator
@@ -193,7 +192,7 @@ class MplexStream(trio.abc.HalfCloseableStream):
         one Message frame, its prefix cached for a run of equal sizes."""
         if size != self._prefix_size:
             self._prefix_size = size
-            self._prefix = self._host.frame_prefix(self._record, size)
+            self._prefix = frame_prefix(self._record.id, self._record.data_flag, size)
         buffer = self._outbox.buffer
         buffer += self._prefix
         buffer += data
@@ -207,9 +206,6 @@ class MplexStream(trio.abc.HalfCloseableStream):
         if self._frames:
             self._outbox.count_frames(self._frames)
             self._frames = 0
-
-    def __del__(self) -> None:
-        self._count_frames()
 
     def _refuse_send_nowait(self) -> None:
         if self._sending:
