@@ -8,7 +8,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,10 +18,14 @@ import trio
 CHECKOUT = Path(__file__).resolve().parent.parent
 
 
-def python(*args: str, checkout: Path = CHECKOUT, **popen: object) -> subprocess.Popen[str]:
-    """``python ARGS`` in a child process that imports ``checkout``'s code first."""
+def python(
+    *args: str, checkout: Path = CHECKOUT, under: Sequence[str] = (), **popen: object
+) -> subprocess.Popen[str]:
+    """``python ARGS`` in a child process that imports ``checkout``'s code first (run
+    ``under`` a tool such as ``valgrind``, if given)."""
     env = {**os.environ, "PYTHONPATH": str(checkout), "PYTHONHASHSEED": "0"}
-    return subprocess.Popen([sys.executable, *args], cwd=checkout, env=env, text=True, **popen)  # type: ignore[call-overload,no-any-return]
+    command = [*under, sys.executable, *args]
+    return subprocess.Popen(command, cwd=checkout, env=env, text=True, **popen)  # type: ignore[call-overload,no-any-return]
 
 
 @contextlib.contextmanager

@@ -32,7 +32,9 @@ import mplex
 from mplex._bench import peer
 from mplex._bench.server import serve_mplex
 
-from ._measure import CHECKOUT, python
+#: This checkout (the script runs as a file under callgrind, with another checkout's
+#: ``mplex`` first on the path, so it imports the measuring helper only when counting).
+CHECKOUT = Path(__file__).resolve().parent.parent
 
 #: Requests (or sends) per worker of the two runs whose difference is counted.
 SHORT, LONG = 10, 30
@@ -92,8 +94,13 @@ def units(workload: str) -> int:
 
 def instructions(checkout: Path, workload: str, count: int) -> int:
     # This script, importing the checkout's mplex, under callgrind.
+    from benchmarks._measure import python
+
     script = str(Path(__file__).resolve())
-    child = python(script, "--run", workload, str(count), checkout=checkout, stderr=subprocess.PIPE)
+    callgrind = ("valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null")
+    child = python(
+        script, "--run", workload, str(count), checkout=checkout, under=callgrind, stderr=subprocess.PIPE
+    )
     _, errors = child.communicate()
     found = re.search(r"Collected : (\d+)", errors)
     if child.returncode or found is None:

@@ -49,6 +49,7 @@ from .wire import Encoder, Flag, frame_prefix
 __all__ = ["Connection", "Notice"]
 
 _OK = Verdict.OK
+_SEND_CLOSE = StreamEvent.SEND_CLOSE
 _RESET_RECEIVER = int(Flag.RESET_RECEIVER)
 _OPEN, _ENDED, _RESET = Direction.OPEN, Direction.ENDED, Direction.RESET
 _LOST, _CLOSED = Direction.LOST, Direction.CLOSED
@@ -184,7 +185,10 @@ class Connection:
         send (the caller raises why)."""
         if record.sending is _ENDED:
             return True  # repeating it is harmless
-        if record.sending is not _OPEN or self.apply(record, StreamEvent.SEND_CLOSE) is not _OK:
+        if record.sending is not _OPEN:
+            return False
+        record.state, verdict = TRANSITIONS[(record.state, _SEND_CLOSE)]  # apply(), inlined
+        if verdict is not _OK:
             return False
         record.sending = _ENDED
         self.control(record.id, record.flag(Flag.CLOSE_INITIATOR))
@@ -200,8 +204,10 @@ class Connection:
         record.sending = record.receiving = _CLOSED
         if record.unread.size and self.discard(record) and record.state in RECEIVABLE_STATES:
             self.send_reset(record)
-        elif self.apply(record, StreamEvent.SEND_CLOSE) is _OK:
-            self.control(record.id, record.flag(Flag.CLOSE_INITIATOR))
+        else:
+            record.state, verdict = TRANSITIONS[(record.state, _SEND_CLOSE)]  # apply(), inlined
+            if verdict is _OK:
+                self.control(record.id, record.flag(Flag.CLOSE_INITIATOR))
         self.changed(record)
         if record.is_initiator:  # (changed() released it if the stream finished)
             self._release_slot(record)
@@ -264,7 +270,10 @@ class Connection:
     def changed(self, record: StreamRecord) -> None:
         """After a change of ``record``'s state: wake whoever must look again, and let
         the stream go once it needs no more frames."""
-        record.refresh()
+        # record.refresh() and apply() are inlined on the per-request path: with the
+        # calls, request/response took 1.09x the time in an A/B (issue 40).
+        record.can_send = record.sending is _OPEN
+        record.can_receive = record.receiving is _OPEN
         if record.waiter is not None:
             self.wake(record)
         self._events |= _CHANGED
@@ -273,8 +282,9 @@ class Connection:
 
     def wake(self, record: StreamRecord) -> None:
         """The task parked on ``record``, if any, must run again."""
-        task = record.unpark()
+        task = record.waiter  # record.unpark(), inlined (see changed())
         if task is not None:
+            record.waiter = None
             self._woken.append(task)
 
     def arrived(self, record: StreamRecord) -> None:

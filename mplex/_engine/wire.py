@@ -84,7 +84,7 @@ def frame_prefix(stream_id: int, flag: int, size: int) -> bytes:
     """What goes before a frame's body: its header and length varints.  The one place a
     frame's prefix is made; the caller vouches for the ranges (``Encoder`` checks them
     for callers that cannot)."""
-    return encode_uvarint(stream_id << 3 | flag) + encode_uvarint(size)
+    return encode_uvarint(stream_id << 3 | flag) + (encode_uvarint(size) if size else b"\0")
 
 
 class Encoder:

@@ -124,7 +124,7 @@ class Driver:
         await self.reader.receive_for(self, record)
 
     def take(self, record: StreamRecord, max_bytes: int | None) -> bytes:
-        data = self.protocol.take(record, max_bytes)
+        data = self.protocol.unread.take(record.unread, record, max_bytes)  # take(), inlined: see changed()
         if self.throttle.blocked:
             self.throttle.recheck()
         return data
@@ -186,11 +186,14 @@ class Driver:
         room and a slot is free."""
         await trio.lowlevel.checkpoint()
         protocol, outbox = self.protocol, self.outbox
+        table = protocol.table
         while True:
             self.life.check_usable()
-            if not outbox.has_room:
+            # not outbox.has_room or protocol.slot_free: their calls are inlined on the
+            # per-request path (see Connection.changed)
+            if len(outbox.buffer) >= outbox.high_water:
                 await self.writer.wait_for_room()  # NewStream is queued like data
-            elif protocol.slot_free:
+            elif len(table.slots) < table.max_outbound:
                 break
             else:
                 await self._slot_lot.park()

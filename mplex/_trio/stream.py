@@ -179,7 +179,8 @@ class MplexStream(trio.abc.HalfCloseableStream):
             buffer += data
             self._frames += 1
             if len(buffer) >= self._writer.wake_at:
-                self._count_frames()
+                self._outbox.count_frames(self._frames)
+                self._frames = 0
                 self._writer.queued()
         elif size <= self._frame_size:
             if size:
@@ -198,14 +199,9 @@ class MplexStream(trio.abc.HalfCloseableStream):
         buffer += data
         self._frames += 1
         if len(buffer) >= self._writer.wake_at:
-            self._count_frames()
-            self._writer.queued()
-
-    def _count_frames(self) -> None:
-        """Count the frames of the small-send path in the outbox's ``frames``."""
-        if self._frames:
             self._outbox.count_frames(self._frames)
             self._frames = 0
+            self._writer.queued()
 
     def _refuse_send_nowait(self) -> None:
         if self._sending:
@@ -246,7 +242,8 @@ class MplexStream(trio.abc.HalfCloseableStream):
             if size > self._frame_size:
                 yielded = await self._send_frames(memoryview(data).cast("B")) or yielded
             elif size:
-                while not self._outbox.has_room:
+                outbox = self._outbox
+                while len(outbox.buffer) >= outbox.high_water:  # not has_room: see changed()
                     yielded = await self._wait_for_writer()
                 self._queue_small(data, size)
             if not yielded:
@@ -312,7 +309,9 @@ class MplexStream(trio.abc.HalfCloseableStream):
         self._sending = True
         try:
             await trio.lowlevel.checkpoint()
-            self._count_frames()
+            if self._frames:
+                self._outbox.count_frames(self._frames)
+                self._frames = 0
             if not self._host.send_close(self._record):
                 raise self._host.send_error(self._record)
         finally:
@@ -381,7 +380,9 @@ class MplexStream(trio.abc.HalfCloseableStream):
     def close(self) -> None:
         """``aclose`` without the checkpoint, for synchronous code (like the ``close``
         of trio's memory channels).  Idempotent."""
-        self._count_frames()
+        if self._frames:
+            self._outbox.count_frames(self._frames)
+            self._frames = 0
         self._host.close(self._record)
 
     @protected
@@ -391,5 +392,7 @@ class MplexStream(trio.abc.HalfCloseableStream):
         Unread data is dropped; later calls on this stream raise
         ``trio.ClosedResourceError``.
         """
-        self._count_frames()
+        if self._frames:
+            self._outbox.count_frames(self._frames)
+            self._frames = 0
         self._host.reset(self._record)
