@@ -29,7 +29,7 @@ from .._engine.states import ConnectionState, Direction
 from .._engine.stats import MuxerStats
 from .._engine.unread import prime_allocator
 from ._util import ConnectionLog, FrameTracer, connection_label, describe, explain, root_cause
-from .errors import ConnectionLost, Ending, EndReason, Lifecycle, MuxerClosed, StreamReset, fresh_copy
+from .errors import ConnectionLost, Ending, EndReason, Lifecycle, MuxerClosed, StreamReset, copy_for_stream
 from .reader import Reader
 from .stream import MplexStream
 from .throttle import ReaderThrottle
@@ -96,12 +96,26 @@ class Driver:
                 self.writer.queued()
             if events & _CHANGED:
                 self.writer.wake_senders()
-            if events & _ARRIVED:
-                self._accept_lot.unpark_all()
-            if events & _SLOT_FREED:
-                self._slot_lot.unpark_all()
+            if events & (_ARRIVED | _SLOT_FREED):
+                self._wake_waiting(events)
             if events & _RELEASED:
                 self.throttle.recheck()
+
+    def _wake_waiting(self, events: int) -> None:
+        """One acceptor per stream waiting in the backlog, one opener per freed slot
+        (``open_stream`` hands a slot still free on); every task once nothing more may
+        be opened or accepted, so that each raises why."""
+        life = self.life
+        if events & _ARRIVED:
+            if life.running:
+                self._accept_lot.unpark(count=len(self.protocol.backlog))
+            else:
+                self._accept_lot.unpark_all()
+        if events & _SLOT_FREED:
+            if life.running and life.send_error is None:
+                self._slot_lot.unpark()
+            else:
+                self._slot_lot.unpark_all()
 
     def _changed_here(self, record: StreamRecord) -> None:
         """The program changed ``record``: wake whoever it concerns, a receiving task
@@ -154,7 +168,7 @@ class Driver:
         send_error = self.life.send_error
         if isinstance(send_error, ConnectionLost | MuxerClosed):
             self.life.reported = True
-            return _chained(fresh_copy(send_error, record.id), send_error.__cause__)
+            return copy_for_stream(send_error, record.id)
         return trio.ClosedResourceError("send_eof() was called on this stream")
 
     def receive_error(self, record: StreamRecord) -> BaseException:
@@ -177,7 +191,7 @@ class Driver:
             )
         error = self.life.error
         self.life.reported = True
-        return _chained(fresh_copy(error, record.id), error.__cause__ if error is not None else None)
+        return copy_for_stream(error, record.id)
 
     # -- what the program asks ----------------------------------------------------------------
 
@@ -186,18 +200,26 @@ class Driver:
         room and a slot is free."""
         await trio.lowlevel.checkpoint()
         protocol, outbox = self.protocol, self.outbox
-        table = protocol.table
-        while True:
-            self.life.check_usable()
-            # not outbox.has_room or protocol.slot_free: their calls are inlined on the
-            # per-request path (see Connection.changed)
-            if len(outbox.buffer) >= outbox.high_water:
-                await self.writer.wait_for_room()  # NewStream is queued like data
-            elif len(table.slots) < table.max_outbound:
-                break
-            else:
-                await self._slot_lot.park()
-        record = protocol.open(name)
+        table, waiting = protocol.table, self._slot_lot
+        # Tasks waiting for a slot are served first come, first served, one freed slot
+        # waking one of them (``settle``): a newcomer never takes a slot ahead of them.
+        woken = False
+        try:
+            while True:
+                self.life.check_usable()
+                # not outbox.has_room or protocol.slot_free: their calls are inlined on
+                # the per-request path (see Connection.changed)
+                if len(outbox.buffer) >= outbox.high_water:
+                    await self.writer.wait_for_room()  # NewStream is queued like data
+                elif len(table.slots) < table.max_outbound and (woken or not waiting):
+                    break
+                else:
+                    await waiting.park()
+                    woken = True
+            record = protocol.open(name)
+        finally:
+            if waiting and len(table.slots) < table.max_outbound:
+                waiting.unpark()  # a slot is still free (or ours was not taken): the next
         self.settle()
         return MplexStream(self, record, self.config.max_send_frame_size)
 
@@ -371,10 +393,3 @@ class Driver:
             bytes_sent_without_copy=self.outbox.bytes_sent_without_copy,
             **activity,
         )
-
-
-def _chained(error: BaseException, cause: BaseException | None) -> BaseException:
-    """``error``, raised ``from cause`` when the caller raises it."""
-    error.__cause__ = cause
-    error.__suppress_context__ = True
-    return error

@@ -101,6 +101,15 @@ class MuxerClosed(trio.ClosedResourceError, MplexError):
     reason = EndReason.CLOSED
 
 
+def copy_for_stream(failure: BaseException | None, stream_id: int) -> BaseException:
+    """A fresh copy of ``failure`` for stream ``stream_id`` (see ``fresh_copy``), raised
+    ``from`` the same cause when the caller raises it."""
+    copy = fresh_copy(failure, stream_id)
+    copy.__cause__ = failure.__cause__ if failure is not None else None
+    copy.__suppress_context__ = True
+    return copy
+
+
 def fresh_copy(failure: BaseException | None, stream_id: int = -1) -> BaseException:
     """A fresh copy of a recorded ``failure`` to raise, so that each raise gets its own
     traceback (None, or anything else: the stream was closed here)."""

@@ -1,0 +1,103 @@
+"""Tasks waiting for a stream slot, or for the peer's next stream, are served in the
+order they came, and each freed slot or arrived stream wakes one of them, not all:
+the waiting is linear, however many wait."""
+
+from __future__ import annotations
+
+import collections
+
+import trio
+import trio.testing
+
+import mplex
+import mplex.testing
+
+WAITERS = 300
+#: Steps a waiting task may take from its start to its end: a wake-up for each freed
+#: slot or arrived stream would be about WAITERS / 2 on average.
+STEPS_EACH = 6
+
+
+class StepsByTask(trio.abc.Instrument):
+    """Task steps of the tasks whose names start with ``prefix``."""
+
+    def __init__(self, prefix: str) -> None:
+        self.prefix = prefix
+        self.steps: collections.Counter[str] = collections.Counter()
+
+    def before_task_step(self, task: trio.lowlevel.Task) -> None:
+        if task.name.startswith(self.prefix):
+            self.steps[task.name] += 1
+
+
+async def test_each_freed_slot_wakes_one_opener_first_come_first_served() -> None:
+    config = mplex.Config(max_outbound_streams=1)
+    opened: list[int] = []
+    steps = StepsByTask("opener ")
+    async with mplex.testing.open_muxer_pair(config) as (client, _):
+
+        async def opener(number: int) -> None:
+            stream = await client.open_stream()
+            opened.append(number)
+            await stream.aclose()  # frees the slot for the next
+
+        holder = await client.open_stream()  # takes the only slot while the others queue
+        trio.lowlevel.add_instrument(steps)
+        try:
+            async with trio.open_nursery() as nursery:
+                for number in range(WAITERS):
+                    nursery.start_soon(opener, number, name=f"opener {number}")
+                    await trio.testing.wait_all_tasks_blocked()  # parked before the next comes
+                await holder.aclose()
+        finally:
+            trio.lowlevel.remove_instrument(steps)
+    assert opened == list(range(WAITERS))
+    assert len(steps.steps) == WAITERS
+    assert max(steps.steps.values()) <= STEPS_EACH, steps.steps.most_common(3)
+
+
+async def test_each_arriving_stream_wakes_one_acceptor_in_turn() -> None:
+    accepted: list[int] = []
+    steps = StepsByTask("acceptor ")
+    async with mplex.testing.open_muxer_pair() as (client, server):
+
+        async def acceptor(number: int) -> None:
+            stream = await server.accept_stream()
+            accepted.append(number)
+            await stream.aclose()
+
+        trio.lowlevel.add_instrument(steps)
+        try:
+            async with trio.open_nursery() as nursery:
+                for number in range(WAITERS):
+                    nursery.start_soon(acceptor, number, name=f"acceptor {number}")
+                    await trio.testing.wait_all_tasks_blocked()  # parked before the next comes
+                for _ in range(WAITERS):
+                    await (await client.open_stream()).aclose()
+                    await trio.testing.wait_all_tasks_blocked()  # one stream at a time
+        finally:
+            trio.lowlevel.remove_instrument(steps)
+    assert accepted == list(range(WAITERS))
+    assert max(steps.steps.values()) <= STEPS_EACH, steps.steps.most_common(3)
+
+
+async def test_every_waiting_opener_learns_when_the_connection_ends() -> None:
+    """One wake per freed slot while the connection runs; all of them once it ends."""
+    config = mplex.Config(max_outbound_streams=1)
+    failures: list[BaseException] = []
+    async with mplex.testing.open_muxer_pair(config) as (client, server):
+        await client.open_stream()  # the only slot, never freed
+
+        async def opener() -> None:
+            try:
+                await client.open_stream()
+            except trio.BrokenResourceError as exc:
+                failures.append(exc)
+
+        async with trio.open_nursery() as nursery:
+            for _ in range(20):
+                nursery.start_soon(opener)
+            await trio.testing.wait_all_tasks_blocked()
+            await server.aclose()  # the peer hangs up
+    assert len(failures) == 20
+    assert all(isinstance(exc, mplex.ConnectionLost) for exc in failures)
