@@ -5,6 +5,7 @@ the waiting is linear, however many wait."""
 from __future__ import annotations
 
 import collections
+from collections.abc import Awaitable, Callable
 
 import trio
 import trio.testing
@@ -21,6 +22,19 @@ STEPS_EACH = 6
 class StepsByTask(trio.abc.Instrument):
     """Task steps of the tasks whose names start with ``prefix``."""
 
+    @classmethod
+    async def queue(
+        cls, nursery: trio.Nursery, prefix: str, waiter: Callable[[int], Awaitable[None]]
+    ) -> StepsByTask:
+        """Start ``WAITERS`` tasks ``waiter(number)`` one after another, each parked
+        before the next comes; count their steps from then on."""
+        steps = cls(prefix)
+        trio.lowlevel.add_instrument(steps)
+        for number in range(WAITERS):
+            nursery.start_soon(waiter, number, name=f"{prefix}{number}")
+            await trio.testing.wait_all_tasks_blocked()
+        return steps
+
     def __init__(self, prefix: str) -> None:
         self.prefix = prefix
         self.steps: collections.Counter[str] = collections.Counter()
@@ -33,7 +47,6 @@ class StepsByTask(trio.abc.Instrument):
 async def test_each_freed_slot_wakes_one_opener_first_come_first_served() -> None:
     config = mplex.Config(max_outbound_streams=1)
     opened: list[int] = []
-    steps = StepsByTask("opener ")
     async with mplex.testing.open_muxer_pair(config) as (client, _):
 
         async def opener(number: int) -> None:
@@ -42,15 +55,10 @@ async def test_each_freed_slot_wakes_one_opener_first_come_first_served() -> Non
             await stream.aclose()  # frees the slot for the next
 
         holder = await client.open_stream()  # takes the only slot while the others queue
-        trio.lowlevel.add_instrument(steps)
-        try:
-            async with trio.open_nursery() as nursery:
-                for number in range(WAITERS):
-                    nursery.start_soon(opener, number, name=f"opener {number}")
-                    await trio.testing.wait_all_tasks_blocked()  # parked before the next comes
-                await holder.aclose()
-        finally:
-            trio.lowlevel.remove_instrument(steps)
+        async with trio.open_nursery() as nursery:
+            steps = await StepsByTask.queue(nursery, "opener ", opener)
+            await holder.aclose()
+        trio.lowlevel.remove_instrument(steps)
     assert opened == list(range(WAITERS))
     assert len(steps.steps) == WAITERS
     assert max(steps.steps.values()) <= STEPS_EACH, steps.steps.most_common(3)
@@ -58,7 +66,6 @@ async def test_each_freed_slot_wakes_one_opener_first_come_first_served() -> Non
 
 async def test_each_arriving_stream_wakes_one_acceptor_in_turn() -> None:
     accepted: list[int] = []
-    steps = StepsByTask("acceptor ")
     async with mplex.testing.open_muxer_pair() as (client, server):
 
         async def acceptor(number: int) -> None:
@@ -66,17 +73,12 @@ async def test_each_arriving_stream_wakes_one_acceptor_in_turn() -> None:
             accepted.append(number)
             await stream.aclose()
 
-        trio.lowlevel.add_instrument(steps)
-        try:
-            async with trio.open_nursery() as nursery:
-                for number in range(WAITERS):
-                    nursery.start_soon(acceptor, number, name=f"acceptor {number}")
-                    await trio.testing.wait_all_tasks_blocked()  # parked before the next comes
-                for _ in range(WAITERS):
-                    await (await client.open_stream()).aclose()
-                    await trio.testing.wait_all_tasks_blocked()  # one stream at a time
-        finally:
-            trio.lowlevel.remove_instrument(steps)
+        async with trio.open_nursery() as nursery:
+            steps = await StepsByTask.queue(nursery, "acceptor ", acceptor)
+            for _ in range(WAITERS):
+                await (await client.open_stream()).aclose()
+                await trio.testing.wait_all_tasks_blocked()  # one stream at a time
+        trio.lowlevel.remove_instrument(steps)
     assert accepted == list(range(WAITERS))
     assert max(steps.steps.values()) <= STEPS_EACH, steps.steps.most_common(3)
 
