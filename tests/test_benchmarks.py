@@ -48,7 +48,10 @@ def test_quick_suite_produces_every_case_and_baseline(tmp_path: pathlib.Path) ->
     assert ("host request/response", "py-libp2p host, its yamux") in labels
     assert ("host perf download", "py-libp2p host, our mplex and perf") in labels
     assert any(label.startswith("py-libp2p host, its mplex and perf") for _, label in labels)
-    assert len(saved["cases"]) == 24
+    assert ("1,000 connections, a request loop each", "js-libp2p mplex") in labels
+    assert ("TLS 100 connections, a request loop each", "raw trio SSLStream, a connection per loop") in labels
+    assert ("10,000 idle connections", "raw trio") in labels
+    assert len(saved["cases"]) == 31
     # No verdicts at sizes that say nothing about speed, but every target is measurable.
     assert "Targets: not judged" in result.stdout
     verdicts = [line for line in result.stdout.splitlines() if line.endswith((" met", " MISSED"))]

@@ -5,8 +5,10 @@
 //
 //   node peer.mjs server
 //   node peer.mjs client --port P --case small|fanout|reqresp --size N --count N [--streams N]
+//   node peer.mjs client --port P --case conns --conns N --warmup S --seconds S --server-pid PID
 
 import net from 'node:net'
+import fs from 'node:fs'
 import { once } from 'node:events'
 // The shared wrapper lives beside the pinned node_modules, in tests/interop.
 import { mplex, reader, send, SocketConnection } from '../../tests/interop/connection.mjs'
@@ -39,12 +41,20 @@ async function serveStream (stream) {
   await stream.close()
 }
 
+// Serves every connection the client opens; done when the last one closes (the client
+// opens all of its connections before it closes any).
 async function server () {
   let cpu
+  let open = 0
   const srv = net.createServer((socket) => {
+    open++
     const muxer = factory.createStreamMuxer(new SocketConnection(socket, 'inbound'))
     muxer.addEventListener('stream', (evt) => { serveStream(evt.detail).catch(() => {}) })
-    socket.once('close', () => { srv.close(); emit({ role: 'server', cpu_seconds: cpuSince(cpu) }) })
+    socket.once('close', () => {
+      if (--open > 0) return
+      srv.close()
+      emit({ role: 'server', cpu_seconds: cpuSince(cpu) })
+    })
   })
   srv.listen(0, '127.0.0.1', () => {
     console.log(`READY ${srv.address().port}`)
@@ -61,7 +71,61 @@ async function sinkAck (stream, expected) {
   if (count !== expected) throw new Error(`server counted ${count}, expected ${expected}`)
 }
 
+// Another process's CPU seconds, from /proc (USER_HZ is 100 on Linux).
+function processCpu (pid) {
+  const fields = fs.readFileSync(`/proc/${pid}/stat`, 'utf8').split(')').pop().trim().split(/\s+/)
+  return (Number(fields[11]) + Number(fields[12])) / 100
+}
+
+const sleep = (seconds) => new Promise((resolve) => setTimeout(resolve, seconds * 1000))
+
+// The many-connections family (mplex/_bench/many_peer.py): a loop of requests per
+// connection, a stream per request; warm-up (the JIT's), then the timed phase.
+async function manyConnections (opts) {
+  const muxers = []
+  for (let i = 0; i < opts.conns; i++) {
+    const socket = net.connect(opts.port, '127.0.0.1')
+    await once(socket, 'connect')
+    muxers.push({ socket, muxer: factory.createStreamMuxer(new SocketConnection(socket, 'outbound')) })
+  }
+  const request = new Uint8Array(33).fill(0x71)
+  request[0] = 0x45 // 'E'
+  const times = []
+  let timing = false
+  let stop = false
+  const loop = async ({ muxer }) => {
+    while (!stop) {
+      const start = performance.now()
+      const stream = await muxer.createStream()
+      const next = reader(stream)
+      await send(stream, request)
+      await stream.close()
+      let got = 0
+      for (let chunk; (chunk = await next()) !== null;) got += chunk.byteLength
+      if (got !== 32) throw new Error(`a reply of ${got} bytes, expected 32`)
+      if (timing) times.push(performance.now() - start)
+    }
+  }
+  const loops = Promise.all(muxers.map(loop))
+  await sleep(opts.warmup)
+  timing = true
+  const start = performance.now()
+  const cpu = process.cpuUsage()
+  const serverCpu = processCpu(opts['server-pid'])
+  await sleep(opts.seconds)
+  timing = false
+  stop = true
+  const seconds = (performance.now() - start) / 1000
+  const fields = { cpu_seconds: cpuSince(cpu), server_cpu_seconds: processCpu(opts['server-pid']) - serverCpu }
+  await loops
+  times.sort((a, b) => a - b)
+  const at = (q) => times[Math.min(times.length - 1, Math.floor(times.length * q))] * 1000
+  emit({ role: 'client', seconds, requests: times.length, connections: opts.conns, p50_us: at(0.5), p99_us: at(0.99), ...fields })
+  for (const { muxer, socket } of muxers) { await muxer.close(); socket.destroy() }
+}
+
 async function client (opts) {
+  if (opts.case === 'conns') return manyConnections(opts)
   const socket = net.connect(opts.port, '127.0.0.1')
   await once(socket, 'connect')
   const muxer = factory.createStreamMuxer(new SocketConnection(socket, 'outbound'))

@@ -3,32 +3,12 @@ ours first (the row every other row's ratio is taken against)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
-MB = 1_000_000
-MIB = 1 << 20
+from .kinds import MB, MIB, Case, Run
+from .many import many_cases
 
-
-@dataclass
-class Run:
-    """One way of running a case: an implementation and its arguments."""
-
-    label: str
-    impl: str  # mplex, raw, floor, memory, checkpoint, js, pylibp2p, or host-*: see host_command
-    args: dict[str, Any]
-    metric: str = "seconds"  # which client field the case reports
-    #: A baseline known not to complete the case: after this many seconds its row says
-    #: so, instead of failing the suite (0: it must complete).
-    gives_up_after: float = 0
-
-
-@dataclass
-class Case:
-    name: str
-    what: str
-    runs: list[Run]
-    results: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+__all__ = ["MB", "MIB", "Case", "Run", "case_names", "cases", "unknown_cases"]
 
 
 def cases(quick: bool, only: set[str]) -> list[Case]:
@@ -156,6 +136,7 @@ def cases(quick: bool, only: set[str]) -> list[Case]:
         ),
         *tls_cases(scale),
         *host_cases(scale),
+        *many_cases(quick),
         Case(
             "idle streams",
             f"RSS growth per idle open stream, {10_000 // scale} streams",

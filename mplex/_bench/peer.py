@@ -30,6 +30,7 @@ import trio.testing
 
 import mplex
 
+from . import many_peer
 from .channel import current_rss, emit, read_to_eof, receive_exactly, secured, tls_context
 from .server import MANY_STREAMS, serve, serve_stream
 
@@ -326,7 +327,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("role", choices=["server", "client", "memory"])
     parser.add_argument("--impl", choices=["mplex", "raw", "floor"], default="mplex")
     parser.add_argument("--port", type=int, default=0)
-    parser.add_argument("--case", choices=sorted(CASES), default="small")
+    parser.add_argument("--case", choices=sorted([*CASES, *many_peer.CASES]), default="small")
     parser.add_argument("--api", choices=["nowait", "sendall"], default="sendall")
     parser.add_argument("--count", type=int, default=1000)
     parser.add_argument("--size", type=int, default=32)
@@ -335,12 +336,20 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--frame-size", type=int, default=0, help="Config.max_send_frame_size (0: default)")
     parser.add_argument("--tls", type=int, default=0, help="1: TLS 1.3 over every TCP connection")
     parser.add_argument("--fast-path", type=int, default=1, help="0: Config(socket_fast_path=False)")
+    parser.add_argument("--conns", type=int, default=0, help="the many-connections family: connections")
+    parser.add_argument("--seconds", type=float, default=2.0, help="conns: the timed phase")
+    parser.add_argument("--warmup", type=float, default=1.0, help="conns: the phase before it")
+    parser.add_argument("--server-pid", type=int, default=0, help="conns: the server's CPU and RSS")
     parser.add_argument("--log-level", help="configure logging at this level (cost of tracing checks)")
     args = parser.parse_args(argv)
     if args.log_level:
         logging.basicConfig(level=args.log_level, stream=sys.stderr)
-    if args.role == "server":
+    if args.role == "server" and args.conns:
+        trio.run(many_peer.serve_many, args.impl, bool(args.tls), bool(args.fast_path))
+    elif args.role == "server":
         trio.run(serve, args.impl, bool(args.tls), bool(args.fast_path))
+    elif args.case in many_peer.CASES:
+        trio.run(many_peer.run_client, args)
     elif args.role == "memory":
         trio.run(memory_case, args)
     else:

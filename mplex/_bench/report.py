@@ -4,16 +4,12 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any
 
+from .kinds import MIB, CaseLike, Measure, Target
+from .many import many_targets
 
-class CaseLike(Protocol):
-    name: str
-    what: str
-    results: dict[str, list[dict[str, Any]]]
-
-
-MIB = 1 << 20
+__all__ = ["CaseLike", "evaluate", "per_request_median", "targets", "targets_text"]
 
 
 def _median(suite: Sequence[CaseLike], case: str, label: str, metric: str) -> float | None:
@@ -31,11 +27,6 @@ def _throughput(suite: Sequence[CaseLike], case: str, label: str) -> float | Non
             key = "bytes" if "bytes" in runs[0] else "requests"
             return float(statistics.median(r[key] / r["seconds"] for r in runs))
     return None
-
-
-Measure = Callable[[Sequence[CaseLike]], tuple[float, float] | None]
-Target = tuple[str, Measure, str, str]
-# (description, measure -> (value, limit) or None when a baseline is missing, "min"/"max", unit)
 
 
 def _ratio(a: float | None, b: float | None) -> tuple[float, float] | None:
@@ -197,6 +188,7 @@ def targets() -> list[Target]:
         *host_targets(faster, time_ratio),
         ("peak RSS per process, 32 B case", rss_32, "max", " MiB"),
         ("RSS per idle open stream", idle, "max", " KiB"),
+        *many_targets(),
     ]
     return found
 

@@ -21,7 +21,9 @@ JS_PEER = CHECKOUT / "js" / "peer.mjs"
 JS_NODE = CHECKOUT.parent / "tests" / "interop" / "libp2p_node.mjs"
 
 
-def peer_command(role: str, run: Run, port: int = 0, addr: str = "") -> list[str]:
+def peer_command(role: str, run: Run, port: int = 0, addr: str = "", server_pid: int = 0) -> list[str]:
+    """The command line of one side of ``run``; a client of the many-connections family
+    reads the server's CPU and memory through ``server_pid``."""
     if run.impl.startswith("host-"):
         return host_command(role, run, addr)
     if run.impl == "js":
@@ -30,6 +32,8 @@ def peer_command(role: str, run: Run, port: int = 0, addr: str = "") -> list[str
             command += ["--port", str(port)]
             for key, value in run.args.items():
                 command += [f"--{key}", str(value)]
+            if "conns" in run.args:
+                command += ["--server-pid", str(server_pid)]
         return command
     if run.impl == "pylibp2p":
         command = [pylibp2p_python(), "-m", "benchmarks.pylibp2p_peer", role]
@@ -40,11 +44,13 @@ def peer_command(role: str, run: Run, port: int = 0, addr: str = "") -> list[str
     for key, value in run.args.items():
         if role != "server" or key in SERVER_ARGS:
             command += [f"--{key}", str(value)]
+    if role == "client" and "conns" in run.args:
+        command += ["--server-pid", str(server_pid)]
     return command
 
 
 #: The arguments of a run that its server needs too.
-SERVER_ARGS = frozenset({"log-level", "tls", "fast-path"})
+SERVER_ARGS = frozenset({"log-level", "tls", "fast-path", "conns"})
 
 
 def host_command(role: str, run: Run, addr: str) -> list[str]:
@@ -110,7 +116,7 @@ def run_once(run: Run, timeout: float) -> dict[str, Any]:
         fields = ready.split()  # READY <port> [<multiaddr>, from a libp2p host]
         port, addr = int(fields[1]), fields[2] if len(fields) > 2 else ""
         client = subprocess.run(
-            peer_command("client", run, port, addr),
+            peer_command("client", run, port, addr, server.pid),
             capture_output=True,
             text=True,
             timeout=timeout,
@@ -126,7 +132,7 @@ def run_once(run: Run, timeout: float) -> dict[str, Any]:
         served = last_json(rest)
         result["server_peak_rss"] = served["peak_rss"]
         if "cpu_seconds" in served:
-            result["server_cpu_seconds"] = served["cpu_seconds"]
+            result.setdefault("server_cpu_seconds", served["cpu_seconds"])
         return result
     finally:
         if server.poll() is None:

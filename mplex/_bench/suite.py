@@ -23,6 +23,7 @@ from typing import Any
 import trio
 
 from .cases import MB, MIB, Case, Run, case_names, cases, unknown_cases
+from .many import describe_idle
 from .report import per_request_median, targets_text
 from .runner import CHECKOUT, drop_unavailable, run_suite
 
@@ -83,13 +84,20 @@ def describe(run: Run, results: list[dict[str, Any]], value: float) -> str:
         if "bytes" in sample:
             return f"{value:.3f} s  ({sample['bytes'] / value / MB:.1f} MB/s)"
         if "requests" in sample:
-            return f"{value:.3f} s  ({sample['requests'] / value:,.0f} req/s{cpu_per_request(results)})"
+            rate = statistics.median(r["requests"] / r["seconds"] for r in results)
+            latency = ""
+            if all("p99_us" in r for r in results):
+                p50, p99 = median(results, "p50_us"), median(results, "p99_us")
+                latency = f"; p50 {p50:,.0f} us, p99 {p99:,.0f} us"
+            return f"{value:.3f} s  ({rate:,.0f} req/s{latency}{cpu_per_request(results)})"
         return f"{value:.3f} s"
     if run.metric.endswith("_us"):
         p50 = median(results, "p50_us")
         if not all("p99_us" in r for r in results):
             return f"p50 {p50:.0f} us"
         return f"p50 {p50:.0f} us, p99 {median(results, 'p99_us'):.0f} us"
+    if run.metric == "bytes_per_connection":
+        return describe_idle(lambda key: median(results, key))
     return f"{value:,.0f} B/stream"
 
 
