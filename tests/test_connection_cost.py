@@ -1,0 +1,188 @@
+"""What a connection costs: the tasks an idle one holds, and many held at once.
+
+An idle connection with one open stream holds the reader (in the task running
+``Muxer.run``) and the writer on each side, and on the server the handler serving the
+stream.  Many connections held at once all answer, an honest newcomer is served
+among them, and once they close nothing of theirs is left: no task, and (with the
+cycle collector off) no muxer or stream.
+
+The soak holds 200 connections over every transport, and 300 against a server in
+another process; ``MPLEX_FULL=1`` (``make test-full``) holds 10,000 there.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import json
+import os
+import subprocess
+import sys
+import weakref
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import trio
+import trio.testing
+
+import mplex
+from mplex._bench.many_peer import raise_open_files_limit
+
+from .helpers import over_every_transport, read_all
+
+FULL = bool(os.environ.get("MPLEX_FULL"))
+
+
+def all_tasks() -> int:
+    count, todo = 0, [trio.lowlevel.current_root_task()]
+    while todo:
+        task = todo.pop()
+        count += 1
+        todo.extend(child for nursery in task.child_nurseries for child in nursery.child_tasks)
+    return count
+
+
+@contextlib.contextmanager
+def collector_off() -> Iterator[None]:
+    gc.collect()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+
+
+async def echo_until_eof(stream: mplex.MplexStream) -> None:
+    while data := await stream.receive_some():
+        await stream.send_all(data)
+
+
+async def serve(transport: trio.abc.Stream, servers: list[weakref.ref[Any]]) -> None:
+    muxer = await mplex.serve_connection(echo_until_eof, transport)
+    servers.append(weakref.ref(muxer))
+
+
+async def hold(
+    transport: Callable[[], Any],
+    count: int,
+    stack: contextlib.AsyncExitStack,
+    nursery: trio.Nursery,
+    servers: list[weakref.ref[Any]],
+) -> list[tuple[mplex.Muxer, mplex.MplexStream]]:
+    """``count`` connections, each served by ``serve_connection`` in a task of
+    ``nursery`` (a weak reference to its muxer lands in ``servers`` as it ends) and
+    holding one open stream that has echoed a byte."""
+    held = []
+    for _ in range(count):
+        client_end, server_end = await stack.enter_async_context(transport())
+        nursery.start_soon(serve, server_end, servers)
+        muxer = await stack.enter_async_context(mplex.open_muxer(client_end))
+        stream = await muxer.open_stream()
+        await stream.send_all(b".")
+        assert await stream.receive_some() == b"."
+        held.append((muxer, stream))
+    return held
+
+
+@over_every_transport
+async def test_an_idle_connection_holds_the_reader_and_the_writer_on_each_side(transport: Any) -> None:
+    connections = 10
+    async with trio.open_nursery() as nursery, contextlib.AsyncExitStack() as stack:
+        await trio.testing.wait_all_tasks_blocked()
+        before = all_tasks()
+        held = await hold(transport, connections, stack, nursery, [])
+        await trio.testing.wait_all_tasks_blocked()
+        per_connection = (all_tasks() - before) / connections
+        # Client: reader, writer.  Server: the task running serve_connection (the
+        # program's, as trio.serve_listeners gives each connection), reader, writer,
+        # and the stream's handler.
+        assert per_connection == 6, per_connection
+        for muxer, _ in held:
+            await muxer.aclose()
+    await trio.testing.wait_all_tasks_blocked()
+
+
+@over_every_transport
+async def test_connections_held_together_all_answer_and_leave_nothing_when_they_close(
+    transport: Any,
+) -> None:
+    await many_held(transport, 200)
+
+
+async def many_held(transport: Callable[[], Any], count: int) -> None:
+    await trio.testing.wait_all_tasks_blocked()
+    before = all_tasks()
+    with collector_off():
+        refs: list[weakref.ref[Any]] = []
+        async with trio.open_nursery() as nursery, contextlib.AsyncExitStack() as stack:
+            held = await hold(transport, count, stack, nursery, refs)
+            # An honest newcomer among them is served.
+            newcomer = await hold(transport, 1, stack, nursery, refs)
+            muxer, stream = newcomer[0]
+            await stream.send_all(b"ping")
+            await stream.send_eof()
+            assert await read_all(stream) == b"ping"
+            # Every held connection still answers.
+            for muxer, stream in held:
+                await stream.send_all(b"!")
+                assert await stream.receive_some() == b"!"
+                refs += [weakref.ref(muxer), weakref.ref(stream)]
+            del held, newcomer, muxer, stream
+            # The client muxers closed with the stack; every server connection ends.
+        await trio.testing.wait_all_tasks_blocked()
+        assert all_tasks() == before
+        assert len(refs) == 3 * count + 1  # held clients and streams, and every server
+        assert [ref for ref in refs if ref() is not None] == []
+
+
+async def test_connections_held_by_a_server_in_another_process_end_without_a_trace() -> None:
+    count = 10_000 if FULL else 300
+    raise_open_files_limit(count + 1000)
+    server = subprocess.Popen(
+        [sys.executable, "-m", "mplex._bench.peer", "server", "--impl", "mplex", "--conns", str(count)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    with server:
+        try:
+            assert server.stdout is not None
+            port = int(server.stdout.readline().split()[1])
+            await ten_thousand(port, count)
+            server.wait(timeout=60)
+            assert server.returncode == 0
+        finally:
+            if server.poll() is None:
+                server.kill()
+
+
+async def ten_thousand(port: int, count: int) -> None:
+    """Hold ``count`` connections with a stream each against the benchmark's server
+    (``mplex._bench.many_peer``), serve a newcomer among them, close them all, and
+    see the server hold no task of theirs."""
+    import argparse
+
+    from mplex._bench.many_peer import Connections, mplex_request
+
+    connections = Connections(argparse.Namespace(port=port, impl="mplex", tls=0, fast_path=1))
+    idle = json.loads(await connections.ask(b"T"))["tasks"]
+    async with trio.open_nursery() as nursery:
+        muxers = await connections.open_all(count, nursery)
+        streams = []
+        for muxer in muxers:
+            stream = await muxer.open_stream()
+            await stream.send_all(b"E.")
+            assert await stream.receive_some() == b"."
+            streams.append(stream)
+        newcomer = (await connections.open_all(1, nursery))[0]
+        with trio.fail_after(10):
+            await mplex_request(newcomer)
+        held = json.loads(await connections.ask(b"T"))["tasks"]
+        assert held >= idle + 4 * count  # the server held them all (4 tasks each)
+        for muxer in [*muxers, newcomer]:
+            await muxer.aclose()
+    # The server ends each connection as its close arrives: ask until it holds none
+    # (each question is a round trip through the server's own scheduler).
+    with trio.fail_after(60):
+        while json.loads(await connections.ask(b"T"))["tasks"] > idle:
+            pass
+    await connections.ask(b"Q")
