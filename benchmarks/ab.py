@@ -49,7 +49,9 @@ def per_request(got: dict[Path, list[dict[str, Any]]]) -> list[tuple[str, str]]:
 
 
 def value(result: dict[str, Any], metric: str) -> float:
-    if metric.endswith("cpu_seconds"):
+    """The row's figure: CPU per request, time per request where a run counts its
+    requests (the many-connections cases run for a fixed time), or the metric."""
+    if metric.endswith("cpu_seconds") or (metric == "seconds" and "requests" in result):
         return float(result[metric]) / float(result["requests"]) * 1e6
     return float(result[metric])
 

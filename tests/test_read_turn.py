@@ -313,3 +313,32 @@ async def test_where_the_turn_is_not_lent_the_reader_task_alone_reads(transport:
             assert (muxer.stats.reader, muxer.stats.reader_lent_to) == ("waiting", None)
             await peer.send(frame(0, Flag.MESSAGE_INITIATOR, b"via the reader"))
         assert got == [b"via the reader"]
+
+
+@over_lending_transports
+async def test_a_connection_whose_lent_read_waited_long_leaves_the_next_reads_to_the_reader(
+    transport: str, mock_clock: trio.testing.MockClock
+) -> None:
+    """A slow reply (a busy program or peer) means the reader task's hand-off would not
+    have delayed it, and lending costs CPU: the next receives wait for the reader task
+    (``mplex._trio.reader.LENDS_SKIPPED`` of them); then receives borrow the turn again."""
+    async with muxer_with_raw_peer(transport) as (muxer, peer):
+        stream = await peer_opened_stream(muxer, peer, 0)
+
+        async def exchange(wait: float) -> bool:
+            """One receive that waits ``wait`` seconds; whether it borrowed the turn."""
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(stream.receive_some)
+                await trio.testing.wait_all_tasks_blocked()
+                lent = muxer.stats.reader_lent_to == stream.key
+                mock_clock.jump(wait)
+                await peer.send(frame(0, Flag.MESSAGE_INITIATOR, b"reply"))
+            return lent
+
+        assert await exchange(0)  # a quick reply: the next receive borrows again
+        assert await exchange(0)
+        assert await exchange(1.0)  # borrowed, and waited long
+        lent = [await exchange(0) for _ in range(100)]
+        assert not lent[0]
+        assert lent[-1]
+        assert lent == sorted(lent)  # lending resumes once, for good

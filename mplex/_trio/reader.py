@@ -30,7 +30,15 @@ from .errors import ConnectionLost, EndReason, MuxerClosed
 from .throttle import ReaderHost, ReaderThrottle
 from .transport import Transport
 
-__all__ = ["Reader"]
+__all__ = ["LENDS_SKIPPED", "LEND_SLOW", "Reader"]
+
+#: A lent read that waited longer than this (seconds) for the peer saved nothing: the
+#: reply was slow to come (a busy program, a busy or distant peer), so the reader
+#: task's hand-off would not have delayed it, and moving the reader aside costs CPU
+#: (a wake-up call to it and its socket registration twice).  Then the next
+#: ``LENDS_SKIPPED`` receives that would borrow the turn wait for the reader instead.
+LEND_SLOW = 500e-6
+LENDS_SKIPPED = 32
 
 
 class Reader:
@@ -59,6 +67,8 @@ class Reader:
         # After a failed write: why the send side ended, and the scope whose deadline
         # bounds the wait for the input to end.
         self._send_failure: ConnectionLost | MuxerClosed | None = None
+        # Receives still to go without a lent read: see ``LEND_SLOW``.
+        self._lends_skipped = 0
         self._linger_scope: trio.CancelScope | None = None
 
     # -- the reader task ----------------------------------------------------------------------
@@ -130,14 +140,19 @@ class Reader:
         pass and fill the buffers for nothing.
         """
         transport = self._transport
-        return (
+        if not (
             transport.borrower is None
             and transport.lends
             and not self._protocol.input_pending
             and not (bulk and not transport.writes_without_waiting)
             and not self._protocol.unread.total
             and not self._throttle.blocked
-        )
+        ):
+            return False
+        if self._lends_skipped:
+            self._lends_skipped -= 1
+            return False
+        return True
 
     async def receive_for(self, conn: ReaderHost, record: StreamRecord) -> None:
         """One read of the transport in ``record``'s receiving task (the caller checked
@@ -155,8 +170,11 @@ class Reader:
 
         transport.borrower = record
         waited = False
+        start = trio.current_time()
         try:
             data, waited = await transport.borrow_read(record, still_wanted)
+            if waited and trio.current_time() - start > LEND_SLOW:
+                self._lends_skipped = LENDS_SKIPPED
             if data is not None:
                 self.consume(conn, data)
         except Exception as exc:  # any failure of any transport: the connection is lost
