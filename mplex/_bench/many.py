@@ -16,6 +16,8 @@ from .kinds import Case, CaseLike, Measure, Run, Target
 RAW = "raw trio, a connection per loop"
 RAW_TLS = "raw trio SSLStream, a connection per loop"
 JS = "js-libp2p mplex"
+#: What any mplex on trio must at least do (``mplex._bench.many_peer``).
+FLOOR = "mplex floor: a task per connection, frames by hand"
 #: The connection counts of the request loops (over TLS, the first two).
 LOOPS = (1, 100, 1000)
 #: The idle cases' connection counts.
@@ -37,7 +39,11 @@ def many_cases(quick: bool) -> list[Case]:
     for tls in (False, True):
         for conns in LOOPS[:2] if tls else LOOPS:
             args: dict[str, Any] = {"case": "conns", "conns": conns // 10 or 1 if quick else conns, **timing}
-            runs = [Run("mplex", "mplex", args), Run(RAW_TLS if tls else RAW, "raw", args)]
+            runs = [
+                Run("mplex", "mplex", args),
+                Run(RAW_TLS if tls else RAW, "raw", args),
+                Run(FLOOR, "floor", args),
+            ]
             if tls:
                 for run in runs:
                     run.args = {**args, "tls": 1}

@@ -3,8 +3,15 @@
 The client opens ``conns`` TCP connections (TLS 1.3 over each with ``--tls 1``): for
 ``mplex``, a muxer on each; for ``raw``, plain trio streams.  Every connection starts
 with one marker byte the server's dispatcher reads before anything else: ``M`` (an
-mplex connection follows), ``R`` (a raw connection, served as one echo stream) or
-``Q`` (the run is over: the server reports and exits).
+mplex connection follows), ``F`` (the floor's mplex), ``R`` (a raw connection, served
+as one echo stream), ``T`` (how many tasks the server holds) or ``Q`` (the run is
+over: the server exits).
+
+The ``floor`` impl is what any mplex on trio must at least do, and nothing more: one
+task per connection on each side, speaking mplex frames by hand.  A request is one
+write of NewStream, Message and Close; the server answers each Close with one write of
+its Message and Close.  No muxer can be cheaper on trio: it adds concurrent streams,
+limits and a reader task of its own.
 
 * ``conns`` case: one loop of requests per connection.  An mplex request is a stream
   of its own: open, 33 B (the server's echo mode byte and 32 B), ``send_eof``, the
@@ -27,6 +34,7 @@ import os
 import resource
 import statistics
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import trio
@@ -98,6 +106,8 @@ async def serve_many(impl: str, tls: bool, fast_path: bool) -> None:
                 await mplex.serve_connection(serve_stream_modes, conn, config=config)
             elif marker == b"R":
                 await serve_stream(conn)
+            elif marker == b"F":
+                await serve_floor(conn)
             elif marker == b"T":  # how much is held now: asked while the connections idle
                 held = {"tasks": count_tasks() - base_tasks - 1}  # less this handler's own
                 await conn.send_all(json.dumps(held).encode())
@@ -107,6 +117,94 @@ async def serve_many(impl: str, tls: bool, fast_path: bool) -> None:
 
         nursery.start_soon(trio.serve_listeners, handle, listeners)
     emit(role="server")
+
+
+def parse_frames(buffer: bytearray) -> tuple[list[tuple[int, int, bytes]], int]:
+    """The whole frames at the start of ``buffer`` as (stream id, flag, body), and
+    how many bytes they took: two varints, then the body."""
+    frames: list[tuple[int, int, bytes]] = []
+    pos, end = 0, len(buffer)
+    while True:
+        fields: list[int] = []
+        at = pos
+        for _ in range(2):
+            value = shift = 0
+            while at < end:
+                byte = buffer[at]
+                at += 1
+                value |= (byte & 0x7F) << shift
+                shift += 7
+                if byte < 0x80:
+                    break
+            else:
+                return frames, pos
+            fields.append(value)
+        header, size = fields
+        if at + size > end:
+            return frames, pos
+        frames.append((header >> 3, header & 7, bytes(buffer[at : at + size])))
+        pos = at + size
+
+
+async def serve_floor(conn: trio.abc.Stream) -> None:
+    """The floor's server: echo each stream's request (less its mode byte) when its
+    Close arrives, Message and Close in one write."""
+    prefix = mplex.Encoder().prefix
+    bodies: dict[int, bytes] = {}
+    buffer = bytearray()
+    while data := await conn.receive_some():
+        buffer += data
+        frames, used = parse_frames(buffer)
+        del buffer[:used]
+        for stream_id, flag, body in frames:
+            if flag == mplex.Flag.MESSAGE_INITIATOR:
+                bodies[stream_id] = bodies.get(stream_id, b"") + body
+            elif flag == mplex.Flag.CLOSE_INITIATOR:
+                reply = bodies.pop(stream_id, b"")[1:]
+                await conn.send_all(
+                    prefix(stream_id, mplex.Flag.MESSAGE_RECEIVER, len(reply))
+                    + reply
+                    + prefix(stream_id, mplex.Flag.CLOSE_RECEIVER, 0)
+                )
+
+
+class FloorConnection:
+    """The floor's client: one connection, one request at a time."""
+
+    def __init__(self, conn: trio.abc.Stream) -> None:
+        self.conn = conn
+        self.next_id = 0
+        self.buffer = bytearray()
+        self.prefix = mplex.Encoder().prefix
+
+    async def request(self) -> None:
+        stream_id, prefix, flag = self.next_id, self.prefix, mplex.Flag
+        self.next_id += 1
+        body = b"E" + REQUEST
+        await self.conn.send_all(
+            prefix(stream_id, flag.NEW_STREAM, 0)
+            + prefix(stream_id, flag.MESSAGE_INITIATOR, len(body))
+            + body
+            + prefix(stream_id, flag.CLOSE_INITIATOR, 0)
+        )
+        reply = b""
+        while True:
+            frames, used = parse_frames(self.buffer)
+            del self.buffer[:used]
+            for _, kind, data in frames:
+                if kind == flag.MESSAGE_RECEIVER:
+                    reply += data
+                elif kind == flag.CLOSE_RECEIVER:
+                    if len(reply) != len(REQUEST):
+                        raise RuntimeError("short reply")
+                    return
+            got = await self.conn.receive_some()
+            if not got:
+                raise RuntimeError("the server hung up")
+            self.buffer += got
+
+    async def aclose(self) -> None:
+        await self.conn.aclose()
 
 
 # -- the client ------------------------------------------------------------------------------
@@ -138,6 +236,8 @@ class Connections:
                     muxer = mplex.Muxer(await self.connect(b"M"), self.config)
                     await nursery.start(muxer.run)
                     opened[index] = muxer
+                elif self.impl == "floor":
+                    opened[index] = FloorConnection(await self.connect(b"F"))
                 else:
                     conn = await self.connect(b"R")
                     await conn.send_all(b"E")
@@ -172,7 +272,11 @@ async def raw_request(conn: trio.abc.Stream) -> None:
 async def case_conns(args: argparse.Namespace) -> dict[str, Any]:
     """One loop of requests per connection: warm-up, then the timed phase."""
     connections = Connections(args)
-    request = mplex_request if args.impl == "mplex" else raw_request
+    requests: dict[str, Callable[[Any], Awaitable[None]]] = {
+        "mplex": mplex_request,
+        "floor": FloorConnection.request,
+    }
+    request = requests.get(args.impl, raw_request)
     times: list[float] = []
     timing = stop = False
     async with trio.open_nursery() as nursery:
