@@ -1,8 +1,9 @@
 """The connection's writes: the writer task, and when what was queued leaves.
 
 Streams append whole frames to the protocol's ``Outbox``; the writer takes everything
-queued in one piece and writes it with one transport write.  It is the only task that
-awaits a write.  Where the transport can write without waiting (the socket path), a
+queued in one piece and writes it with one transport write (over the socket path, a
+non-blocking one first, which costs the writer no yield unless data keeps coming).
+It is the only task that awaits a write.  Where the transport can write without waiting (the socket path), a
 sending task may write on the writer's behalf, with one synchronous, non-blocking
 write that nothing can cancel half-way: a lone message after a quiet spell
 (``queued``), and the frames of a large send from the caller's own buffer
@@ -102,6 +103,8 @@ class Writer:
         self._refilling = False
         # Bytes of control frames in the batch being written (the rest is data).
         self._batch_control = 0
+        # True when the last batch written without waiting carried data.
+        self._carried_data = False
 
     # -- senders --------------------------------------------------------------------------
 
@@ -291,7 +294,19 @@ class Writer:
             self._trace.sent(data, at_frame, len(data))
             self.writing = True
             try:
-                await send_all(data)
+                # Where the transport allows it, one non-blocking write first.  After
+                # the second batch of data in a row the writer yields, as a
+                # transport's send_all does, so that a streaming sender's next frames
+                # pile up meanwhile (and the writer gathers them); a request's or a
+                # reply's batch costs no yield of its own.
+                sent = self._transport.write_nowait(data) if self.direct else 0
+                if sent < len(data):
+                    await send_all(data[sent:] if sent else data)
+                else:
+                    carried_data = self._batch_control < sent
+                    if carried_data and self._carried_data:
+                        await trio.lowlevel.cancel_shielded_checkpoint()
+                    self._carried_data = carried_data
             except Exception as exc:  # any failure of any transport: the send side is lost
                 self.writing = False
                 lost = len(data) + len(outbox.buffer) - self._batch_control - outbox.control

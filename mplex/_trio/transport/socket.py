@@ -44,6 +44,9 @@ class SocketTransport(Transport):
     def __init__(self, stream: trio.SocketStream) -> None:
         super().__init__()
         self.sock = stream.socket
+        # True when the reader's last wait for the socket ended (a yield) and no read
+        # has followed it yet.
+        self._woke = False
 
     # -- reading ------------------------------------------------------------------------
 
@@ -58,7 +61,10 @@ class SocketTransport(Transport):
     async def _read(self) -> bytes | bytearray | None:
         data = self.read_nowait()
         if data is not None:
-            self.yield_due = True
+            # A read right after a wait for the socket follows a yield already: the
+            # reader yields only between reads that found data waiting.
+            self.yield_due = not self._woke
+            self._woke = False
             return data
         self.yield_due = False
         self.reader_waiting = True
@@ -66,6 +72,7 @@ class SocketTransport(Transport):
             await self._wait(trio.lowlevel.wait_readable)
         finally:
             self.reader_waiting = False
+        self._woke = True
         return None  # and look at the read turn again before reading
 
     async def borrow_read(
