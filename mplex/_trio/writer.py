@@ -1,18 +1,22 @@
 """The connection's writes: the writer task, and when what was queued leaves.
 
 Streams append whole frames to the protocol's ``Outbox``; the writer takes everything
-queued in one piece and writes it with one transport write (over the socket path, a
-non-blocking one first, which costs the writer no yield unless data keeps coming).
-It is the only task that awaits a write.  Where the transport can write without waiting (the socket path), a
+queued in one piece and writes it with one transport write.  It is the only task that
+awaits a write.  Where the transport can write without waiting (the socket path), a
 sending task may write on the writer's behalf, with one synchronous, non-blocking
 write that nothing can cancel half-way: a lone message after a quiet spell
 (``queued``), and the frames of a large send from the caller's own buffer
 (``write_frames``).  Whatever the kernel does not take stays queued, in order.
 
-When to write is the flush policy:
+When to write is the flush policy, all of it here (the decisions are per connection;
+only the wait for idleness below looks at the whole program):
 
-* After a quiet spell, the first frame wakes the writer, which takes it at once with
-  whatever else the same scheduler pass queued: a lone message waits for nothing.
+* After a quiet spell (``QUIET``), the first frame leaves at once: from the task that
+  queued it over the socket path, else through the writer, which takes it with
+  whatever else the same scheduler pass queued.  A lone message waits for nothing.
+* Over the socket path the writer's own write is non-blocking too.  It yields after
+  it only when a second batch of data in a row left (a streaming sender's next
+  frames then pile up, see below); a request's or a reply's frames cost it no yield.
 * Frames that pile up *during* a write mean the program is busy sending.  Writing as
   soon as any sender yields would cost one transport write per message, so the writer
   waits until the program goes idle (``wait_for_idle``), then takes the whole buffer.
