@@ -190,10 +190,13 @@ async def ten_thousand(port: int, count: int) -> None:
 
 
 @pytest.mark.parametrize("side", ["client", "server"])
-async def test_a_request_on_an_idle_connection_takes_few_steps_of_the_muxer_tasks(side: str) -> None:
+async def test_a_request_on_an_idle_connection_takes_few_steps_of_the_muxer_tasks(
+    side: str, mock_clock: trio.testing.MockClock
+) -> None:
     """Over the socket path the writer task writes a request's or a reply's frames
     without a yield of its own, and the reader task reads what arrives after a wait
-    without one (both sides in this process: their steps are counted apart)."""
+    without one (both sides in this process: their steps are counted apart).  Trio's
+    clock is frozen, so that however loaded the machine, no lent read counts as slow."""
     requests = 200
     async with tcp_transport() as (client_end, server_end), trio.open_nursery() as nursery:
         server = await nursery.start(serve_one, server_end)

@@ -36,6 +36,14 @@ over_lending_transports = pytest.mark.parametrize("transport", list(LENDING))
 over_every_transport = pytest.mark.parametrize("transport", list(EVERY))
 
 
+@pytest.fixture(autouse=True)
+def frozen_clock(mock_clock: trio.testing.MockClock) -> trio.testing.MockClock:
+    """A connection stops lending after a lent read waited long on trio's clock; frozen,
+    that clock keeps these tests on the lending path however loaded the machine is
+    (a test that wants a long wait jumps it)."""
+    return mock_clock
+
+
 @contextlib.asynccontextmanager
 async def muxer_with_raw_peer(
     transport: str = "tcp", buffer_size: int | None = None, config: mplex.Config | None = None

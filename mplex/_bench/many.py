@@ -79,7 +79,12 @@ def describe_idle(median: Callable[[str], float]) -> str:
     client, server = median("bytes_per_connection") / 1000, median("server_bytes_per_connection") / 1000
     tasks, server_tasks = median("tasks_per_connection"), median("server_tasks_per_connection")
     per = "per connection (client / server)"
-    return f"{client:.1f} / {server:.1f} KB, {tasks:.1f} / {server_tasks:.1f} tasks {per}"
+    newcomer = (
+        f"a newcomer's first request {median('newcomer_us'):,.0f} us, {median('newcomer_held_us'):,.0f} us"
+    )
+    return (
+        f"{client:.1f} / {server:.1f} KB, {tasks:.1f} / {server_tasks:.1f} tasks {per}; {newcomer} among them"
+    )
 
 
 def _median(suite: Sequence[CaseLike], case: str, label: str, key: str) -> float | None:
@@ -117,6 +122,20 @@ def _absolute(case: str, key: str, limit: float) -> Measure:
     return measure
 
 
+def _held(case: str) -> Measure:
+    """A newcomer's connect-and-request time while the case's connections are held,
+    over the same with none held."""
+
+    def measure(suite: Sequence[CaseLike]) -> tuple[float, float] | None:
+        held, alone = (
+            _median(suite, case, "mplex", "newcomer_held_us"),
+            _median(suite, case, "mplex", "newcomer_us"),
+        )
+        return None if held is None or not alone else (held / alone, 3.0)
+
+    return measure
+
+
 def many_targets() -> list[Target]:
     """Issue 41's targets."""
     one, one_tls = loops_name(1), loops_name(1, tls=True)
@@ -138,6 +157,7 @@ def many_targets() -> list[Target]:
     )
     for conns in IDLE:
         name = idle_name(conns)
+        found.append((f"{name}: a newcomer's first request vs with none held", _held(name), "max", "x"))
         for side, key in (("client", "bytes_per_connection"), ("server", "server_bytes_per_connection")):
             found += [
                 (

@@ -315,9 +315,24 @@ async def case_conns(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+async def newcomer(connections: Connections, nursery: trio.Nursery) -> float:
+    """Seconds a newcomer takes to connect, ask once and be answered (median of 5)."""
+    times = []
+    for _ in range(5):
+        start = time.perf_counter()
+        (peer,) = await connections.open_all(1, nursery)
+        await (mplex_request(peer) if connections.impl == "mplex" else raw_request(peer))
+        times.append(time.perf_counter() - start)
+        await peer.aclose()
+    return statistics.median(times)
+
+
 async def case_idle_conns(args: argparse.Namespace) -> dict[str, Any]:
-    """``conns`` connections, each holding one open stream that echoed a byte."""
+    """``conns`` connections, each holding one open stream that echoed a byte; and a
+    newcomer's first request before and while they are held."""
     connections = Connections(args)
+    async with trio.open_nursery() as nursery:
+        unloaded = await newcomer(connections, nursery)
     before_rss, before_tasks = current_rss(), count_tasks()
     server_rss = process_rss(args.server_pid)
     async with trio.open_nursery() as nursery:
@@ -332,6 +347,7 @@ async def case_idle_conns(args: argparse.Namespace) -> dict[str, Any]:
         rss, tasks = current_rss() - before_rss, count_tasks() - before_tasks
         server = json.loads(await connections.ask(b"T"))
         server_rss = process_rss(args.server_pid) - server_rss
+        loaded = await newcomer(connections, nursery)
         for peer in peers:
             await peer.aclose()
     await connections.ask(b"Q")
@@ -342,6 +358,8 @@ async def case_idle_conns(args: argparse.Namespace) -> dict[str, Any]:
         "server_bytes_per_connection": server_rss / n,
         "tasks_per_connection": tasks / n,
         "server_tasks_per_connection": server["tasks"] / n,
+        "newcomer_us": unloaded * 1e6,
+        "newcomer_held_us": loaded * 1e6,
     }
 
 
