@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import gc
 import json
 import pathlib
 import socket
 import ssl
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
 import pytest
@@ -259,3 +260,15 @@ class TaskSteps(trio.abc.Instrument):
     def before_task_step(self, task: trio.lowlevel.Task) -> None:
         if task.name == self.name:
             self.steps += 1
+
+
+@contextlib.contextmanager
+def no_cyclic_gc() -> Iterator[None]:
+    """The cycle collector off for the block (after one collection): what is freed
+    then was freed by reference counting."""
+    gc.collect()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()

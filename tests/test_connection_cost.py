@@ -13,13 +13,12 @@ another process; ``MPLEX_FULL=1`` (``make test-full``) holds 10,000 there.
 from __future__ import annotations
 
 import contextlib
-import gc
 import json
 import os
 import subprocess
 import sys
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -29,7 +28,7 @@ import trio.testing
 import mplex
 from mplex._bench.many_peer import raise_open_files_limit
 
-from .helpers import TaskSteps, over_every_transport, read_all, tcp_transport
+from .helpers import TaskSteps, no_cyclic_gc, over_every_transport, read_all, tcp_transport
 
 FULL = bool(os.environ.get("MPLEX_FULL"))
 
@@ -41,16 +40,6 @@ def all_tasks() -> int:
         count += 1
         todo.extend(child for nursery in task.child_nurseries for child in nursery.child_tasks)
     return count
-
-
-@contextlib.contextmanager
-def collector_off() -> Iterator[None]:
-    gc.collect()
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()
 
 
 async def echo_until_eof(stream: mplex.MplexStream) -> None:
@@ -113,7 +102,7 @@ async def test_connections_held_together_all_answer_and_leave_nothing_when_they_
 async def many_held(transport: Callable[[], Any], count: int) -> None:
     await trio.testing.wait_all_tasks_blocked()
     before = all_tasks()
-    with collector_off():
+    with no_cyclic_gc():
         refs: list[weakref.ref[Any]] = []
         async with trio.open_nursery() as nursery, contextlib.AsyncExitStack() as stack:
             held = await hold(transport, count, stack, nursery, refs)

@@ -5,10 +5,9 @@ held (the cyclic garbage collector is switched off for these tests)."""
 from __future__ import annotations
 
 import contextlib
-import gc
 import tracemalloc
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -17,19 +16,9 @@ import trio.testing
 
 import mplex
 from mplex import Flag
-from tests.helpers import RawPeer, frame, over_every_transport, read_all, settle
+from tests.helpers import RawPeer, frame, no_cyclic_gc, over_every_transport, read_all, settle
 
 ENDINGS = ["aclose", "cancelled run", "peer hang-up", "protocol error"]
-
-
-@contextlib.contextmanager
-def no_cyclic_gc() -> Iterator[None]:
-    gc.collect()
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()
 
 
 async def ended_connection(transport: Callable[[], Any], ending: str, unread: int) -> list[weakref.ref[Any]]:

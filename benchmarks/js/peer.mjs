@@ -71,6 +71,20 @@ async function sinkAck (stream, expected) {
   if (count !== expected) throw new Error(`server counted ${count}, expected ${expected}`)
 }
 
+// A request on a stream of its own: open, the echo mode byte and 32 B, half-close, the
+// 32 B reply read to its end.
+const REQUEST = new Uint8Array(33).fill(0x71)
+REQUEST[0] = 0x45 // 'E'
+async function oneRequest (muxer) {
+  const stream = await muxer.createStream()
+  const next = reader(stream)
+  await send(stream, REQUEST)
+  await stream.close()
+  let got = 0
+  for (let chunk; (chunk = await next()) !== null;) got += chunk.byteLength
+  if (got !== 32) throw new Error(`a reply of ${got} bytes, expected 32`)
+}
+
 // Another process's CPU seconds, from /proc (USER_HZ is 100 on Linux).
 function processCpu (pid) {
   const fields = fs.readFileSync(`/proc/${pid}/stat`, 'utf8').split(')').pop().trim().split(/\s+/)
@@ -88,21 +102,13 @@ async function manyConnections (opts) {
     await once(socket, 'connect')
     muxers.push({ socket, muxer: factory.createStreamMuxer(new SocketConnection(socket, 'outbound')) })
   }
-  const request = new Uint8Array(33).fill(0x71)
-  request[0] = 0x45 // 'E'
   const times = []
   let timing = false
   let stop = false
   const loop = async ({ muxer }) => {
     while (!stop) {
       const start = performance.now()
-      const stream = await muxer.createStream()
-      const next = reader(stream)
-      await send(stream, request)
-      await stream.close()
-      let got = 0
-      for (let chunk; (chunk = await next()) !== null;) got += chunk.byteLength
-      if (got !== 32) throw new Error(`a reply of ${got} bytes, expected 32`)
+      await oneRequest(muxer)
       if (timing) times.push(performance.now() - start)
     }
   }
@@ -138,18 +144,8 @@ async function client (opts) {
   }
   // A stream per request, as libp2p RPC does: open, the echo mode byte and 32 B,
   // half-close, read the reply to its end.
-  const request = new Uint8Array(33).fill(0x71)
-  request[0] = 0x45 // 'E'
   const worker = async () => {
-    for (let i = 0; i < opts.count; i++) {
-      const stream = await muxer.createStream()
-      const next = reader(stream)
-      await send(stream, request)
-      await stream.close()
-      let got = 0
-      for (let chunk; (chunk = await next()) !== null;) got += chunk.byteLength
-      if (got !== 32) throw new Error(`a reply of ${got} bytes, expected 32`)
-    }
+    for (let i = 0; i < opts.count; i++) await oneRequest(muxer)
   }
   const start = performance.now()
   const cpu = process.cpuUsage()
