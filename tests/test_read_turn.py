@@ -36,12 +36,10 @@ over_lending_transports = pytest.mark.parametrize("transport", list(LENDING))
 over_every_transport = pytest.mark.parametrize("transport", list(EVERY))
 
 
-@pytest.fixture(autouse=True)
-def frozen_clock(mock_clock: trio.testing.MockClock) -> trio.testing.MockClock:
-    """A connection stops lending after a lent read waited long on trio's clock; frozen,
-    that clock keeps these tests on the lending path however loaded the machine is
-    (a test that wants a long wait jumps it)."""
-    return mock_clock
+#: Every test here runs on a frozen trio clock (pytest-trio's ``mock_clock`` argument):
+#: a connection stops lending after a lent read waited long on trio's clock, and a
+#: loaded machine must not turn lending off under a test that asserts it.
+Clock = trio.testing.MockClock
 
 
 @contextlib.asynccontextmanager
@@ -93,7 +91,9 @@ async def error_of_waiting_receive(
 
 
 @over_lending_transports
-async def test_the_waiting_receiver_is_woken_by_the_transport_not_by_the_reader_task(transport: str) -> None:
+async def test_the_waiting_receiver_is_woken_by_the_transport_not_by_the_reader_task(
+    transport: str, mock_clock: Clock
+) -> None:
     async with muxer_with_raw_peer(transport) as (muxer, peer):
         stream = await peer_opened_stream(muxer, peer, 0)
         steps = TaskSteps(muxer, "reader")
@@ -118,7 +118,9 @@ async def test_the_waiting_receiver_is_woken_by_the_transport_not_by_the_reader_
         trio.lowlevel.remove_instrument(steps)
 
 
-async def test_the_part_of_a_borrowed_read_left_for_later_is_dispatched_by_the_reader_task() -> None:
+async def test_the_part_of_a_borrowed_read_left_for_later_is_dispatched_by_the_reader_task(
+    mock_clock: Clock,
+) -> None:
     """A read can hold more frames than one step dispatches (``frames_per_yield``).
     When a receiving task made that read, the rest is the reader task's to dispatch,
     even though nothing more arrives and the reader task was waiting on the socket."""
@@ -141,7 +143,9 @@ async def test_the_part_of_a_borrowed_read_left_for_later_is_dispatched_by_the_r
 
 
 @over_lending_transports
-async def test_frames_a_receiver_reads_for_other_streams_reach_them(transport: str) -> None:
+async def test_frames_a_receiver_reads_for_other_streams_reach_them(
+    transport: str, mock_clock: Clock
+) -> None:
     async with muxer_with_raw_peer(transport) as (muxer, peer):
         a = await peer_opened_stream(muxer, peer, 0)
         b = await peer_opened_stream(muxer, peer, 1)
@@ -166,7 +170,7 @@ async def test_frames_a_receiver_reads_for_other_streams_reach_them(transport: s
 
 @over_lending_transports
 async def test_closing_a_stream_wakes_its_receiver_from_the_transport_and_the_connection_lives_on(
-    transport: str,
+    transport: str, mock_clock: Clock
 ) -> None:
     name, config = LENDING[transport]
     async with (
@@ -206,7 +210,7 @@ async def test_closing_a_stream_wakes_its_receiver_from_the_transport_and_the_co
 
 
 @over_every_transport
-async def test_a_cancelled_receive_on_the_transport_loses_nothing(transport: str) -> None:
+async def test_a_cancelled_receive_on_the_transport_loses_nothing(transport: str, mock_clock: Clock) -> None:
     async with muxer_with_raw_peer(transport) as (muxer, peer):
         stream = await peer_opened_stream(muxer, peer, 0)
         with trio.CancelScope() as scope:
@@ -228,7 +232,7 @@ async def test_a_cancelled_receive_on_the_transport_loses_nothing(transport: str
 )
 @over_lending_transports
 async def test_the_end_of_the_connection_reaches_a_receiver_waiting_on_the_transport(
-    transport: str, who_ends_it: str, error_type: type[Exception], reason: mplex.EndReason
+    transport: str, who_ends_it: str, error_type: type[Exception], reason: mplex.EndReason, mock_clock: Clock
 ) -> None:
     async with muxer_with_raw_peer(transport) as (muxer, peer):
         stream = await peer_opened_stream(muxer, peer, 0)
@@ -239,7 +243,9 @@ async def test_the_end_of_the_connection_reaches_a_receiver_waiting_on_the_trans
         assert muxer.end_reason is reason
 
 
-async def test_a_writer_waiting_for_room_is_not_disturbed_when_a_receiver_moves_the_reader() -> None:
+async def test_a_writer_waiting_for_room_is_not_disturbed_when_a_receiver_moves_the_reader(
+    mock_clock: Clock,
+) -> None:
     # Small kernel buffers and a far end that does not read yet: the writer waits for
     # room on the socket and the reader waits for input.  Then a receive begins and
     # wakes every waiter on the socket to move the reader aside: the writer must
@@ -273,7 +279,9 @@ async def test_a_writer_waiting_for_room_is_not_disturbed_when_a_receiver_moves_
 
 
 @over_lending_transports
-async def test_while_any_stream_has_unread_data_receivers_leave_reading_to_the_reader(transport: str) -> None:
+async def test_while_any_stream_has_unread_data_receivers_leave_reading_to_the_reader(
+    transport: str, mock_clock: Clock
+) -> None:
     # Otherwise every waiting receiver would read a chunk of its own in one scheduler
     # pass, and a hundred of them would fill the buffers faster than they are read.
     async with muxer_with_raw_peer(transport) as (muxer, peer):
@@ -307,7 +315,9 @@ async def test_while_any_stream_has_unread_data_receivers_leave_reading_to_the_r
         "tls",
     ],
 )
-async def test_where_the_turn_is_not_lent_the_reader_task_alone_reads(transport: str) -> None:
+async def test_where_the_turn_is_not_lent_the_reader_task_alone_reads(
+    transport: str, mock_clock: Clock
+) -> None:
     async with muxer_with_raw_peer(transport) as (muxer, peer):
         stream = await peer_opened_stream(muxer, peer, 0)  # (a TLS handshake is done)
         got = []

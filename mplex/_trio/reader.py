@@ -173,8 +173,8 @@ class Reader:
         start = trio.current_time()
         try:
             data, waited = await transport.borrow_read(record, still_wanted)
-            if waited and trio.current_time() - start > LEND_SLOW:
-                self._lends_skipped = LENDS_SKIPPED
+            if data is not None and waited and trio.current_time() - start > LEND_SLOW:
+                self._lends_skipped = LENDS_SKIPPED  # (a local close's wake-up is not slow)
             if data is not None:
                 self.consume(conn, data)
         except Exception as exc:  # any failure of any transport: the connection is lost
