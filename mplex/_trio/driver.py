@@ -265,11 +265,9 @@ class Driver:
             async with trio.open_nursery() as nursery:
                 self._run_scope = nursery.cancel_scope
                 if self.life.running:
+                    nursery.start_soon(self.reader.run, self, name=f"mplex reader {self.name}")
                     nursery.start_soon(self.writer.run, self._write_failed, name=f"mplex writer {self.name}")
                 task_status.started()
-                if self.life.running:
-                    # The reader runs in run()'s own task: a task fewer per connection.
-                    await self.reader.run(self)
         finally:
             self.end(MuxerClosed("the muxer's run() was cancelled"), None, final_state=_CLOSED)
             try:

@@ -59,10 +59,9 @@ class Muxer:
 
     Start it with ``await nursery.start(muxer.run)`` (or use ``open_muxer``), then
     ``open_stream()`` and ``accept_stream()``.  ``aclose()`` flushes what was queued
-    and closes the transport.  It runs in two tasks: the one running ``run()`` reads
-    (``open_muxer`` and the ``serve_*`` functions name it ``mplex reader <name>``;
-    ``nursery.start(muxer.run, name=...)`` names your own), and ``mplex writer
-    <name>`` writes (``name`` is the connection's log label).
+    and closes the transport.  Its two tasks are named ``mplex reader <name>`` and
+    ``mplex writer <name>`` (``name`` is the connection's log label), for debuggers
+    and trio instruments.
     """
 
     def __init__(self, transport_stream: trio.abc.Stream, config: Config | None = None) -> None:
@@ -301,7 +300,7 @@ async def _open_running(muxer: Muxer) -> AsyncIterator[Muxer]:
     with unwrapped() as unwrapping:
         async with trio.open_nursery() as nursery:
             try:
-                await nursery.start(muxer.run, name=f"mplex reader {muxer.name}")
+                await nursery.start(muxer.run)
             except ConnectionLost as exc:  # the handshake failed
                 # trio 0.27's start() re-raises it "from None": give it its cause back.
                 ended = muxer.end_error
