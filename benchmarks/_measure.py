@@ -42,13 +42,6 @@ def server(*args: str) -> Iterator[tuple[subprocess.Popen[str], int]]:
         child.wait()
 
 
-def process_cpu(pid: int) -> float:
-    """CPU seconds (user and system) process ``pid`` has used, from ``/proc``."""
-    with open(f"/proc/{pid}/stat") as stat:
-        fields = stat.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 @dataclass
 class Spent:
     """Wall and CPU seconds of this process over a ``spent()`` block."""

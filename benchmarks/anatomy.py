@@ -22,9 +22,9 @@ import trio
 
 import mplex
 from mplex._bench import peer
-from mplex._bench.channel import secured, tls_context
+from mplex._bench.channel import process_cpu, secured, tls_context
 
-from ._measure import TaskSteps, counting, mplex_task_group, per, process_cpu, server, spent
+from ._measure import TaskSteps, counting, mplex_task_group, per, server, spent
 
 WORKERS = 100
 REQUESTS_EACH = 200

@@ -26,20 +26,11 @@ import trio
 import trio.testing
 
 import mplex
-from mplex._bench.many_peer import raise_open_files_limit
+from mplex._bench.many_peer import count_tasks, raise_open_files_limit
 
 from .helpers import TaskSteps, no_cyclic_gc, over_every_transport, read_all, tcp_transport
 
 FULL = bool(os.environ.get("MPLEX_FULL"))
-
-
-def all_tasks() -> int:
-    count, todo = 0, [trio.lowlevel.current_root_task()]
-    while todo:
-        task = todo.pop()
-        count += 1
-        todo.extend(child for nursery in task.child_nurseries for child in nursery.child_tasks)
-    return count
 
 
 async def echo_until_eof(stream: mplex.MplexStream) -> None:
@@ -79,10 +70,10 @@ async def test_an_idle_connection_holds_its_run_reader_and_writer_tasks_on_each_
     connections = 10
     async with trio.open_nursery() as nursery, contextlib.AsyncExitStack() as stack:
         await trio.testing.wait_all_tasks_blocked()
-        before = all_tasks()
+        before = count_tasks()
         held = await hold(transport, connections, stack, nursery, [])
         await trio.testing.wait_all_tasks_blocked()
-        per_connection = (all_tasks() - before) / connections
+        per_connection = (count_tasks() - before) / connections
         # Client: Muxer.run, reader, writer.  Server: the task running
         # serve_connection (the program's, as trio.serve_listeners gives each
         # connection), Muxer.run, reader, writer, and the stream's handler.
@@ -101,7 +92,7 @@ async def test_connections_held_together_all_answer_and_leave_nothing_when_they_
 
 async def many_held(transport: Callable[[], Any], count: int) -> None:
     await trio.testing.wait_all_tasks_blocked()
-    before = all_tasks()
+    before = count_tasks()
     with no_cyclic_gc():
         refs: list[weakref.ref[Any]] = []
         async with trio.open_nursery() as nursery, contextlib.AsyncExitStack() as stack:
@@ -120,7 +111,7 @@ async def many_held(transport: Callable[[], Any], count: int) -> None:
             del held, newcomer, muxer, stream
             # The client muxers closed with the stack; every server connection ends.
         await trio.testing.wait_all_tasks_blocked()
-        assert all_tasks() == before
+        assert count_tasks() == before
         assert len(refs) == 3 * count + 1  # held clients and streams, and every server
         assert [ref for ref in refs if ref() is not None] == []
 

@@ -7,11 +7,10 @@ JIT needs).  The peers are in ``mplex._bench.many_peer``.  Its targets are issue
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .kinds import Case, CaseLike, Measure, Run, Target
+from .kinds import Case, CaseLike, Measure, Run, Target, median_of, throughput
 
 RAW = "raw trio, a connection per loop"
 RAW_TLS = "raw trio SSLStream, a connection per loop"
@@ -87,28 +86,14 @@ def describe_idle(median: Callable[[str], float]) -> str:
     )
 
 
-def _median(suite: Sequence[CaseLike], case: str, label: str, key: str) -> float | None:
-    for c in suite:
-        if c.name == case and label in c.results:
-            return float(statistics.median(r[key] for r in c.results[label]))
-    return None
-
-
-def _rate(suite: Sequence[CaseLike], case: str, label: str) -> float | None:
-    for c in suite:
-        if c.name == case and label in c.results:
-            return float(statistics.median(r["requests"] / r["seconds"] for r in c.results[label]))
-    return None
-
-
 def _ratio(case: str, key: str | None, mine: str, base: str, limit: float) -> Measure:
     """Ours over the baseline's: req/s when ``key`` is None, else the median ``key``."""
 
     def measure(suite: Sequence[CaseLike]) -> tuple[float, float] | None:
         if key is None:
-            a, b = _rate(suite, case, mine), _rate(suite, case, base)
+            a, b = throughput(suite, case, mine), throughput(suite, case, base)
         else:
-            a, b = _median(suite, case, mine, key), _median(suite, case, base, key)
+            a, b = median_of(suite, case, mine, key), median_of(suite, case, base, key)
         return None if a is None or not b else (a / b, limit)
 
     return measure
@@ -116,7 +101,7 @@ def _ratio(case: str, key: str | None, mine: str, base: str, limit: float) -> Me
 
 def _absolute(case: str, key: str, limit: float) -> Measure:
     def measure(suite: Sequence[CaseLike]) -> tuple[float, float] | None:
-        value = _median(suite, case, "mplex", key)
+        value = median_of(suite, case, "mplex", key)
         return None if value is None else (value / 1000, limit)
 
     return measure
@@ -128,8 +113,8 @@ def _held(case: str) -> Measure:
 
     def measure(suite: Sequence[CaseLike]) -> tuple[float, float] | None:
         held, alone = (
-            _median(suite, case, "mplex", "newcomer_held_us"),
-            _median(suite, case, "mplex", "newcomer_us"),
+            median_of(suite, case, "mplex", "newcomer_held_us"),
+            median_of(suite, case, "mplex", "newcomer_us"),
         )
         return None if held is None or not alone else (held / alone, 3.0)
 

@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import os
 import resource
 import statistics
 import time
@@ -42,7 +41,16 @@ import trio.testing
 
 import mplex
 
-from .channel import current_rss, emit, read_to_eof, receive_exactly, secured, tls_context
+from .channel import (
+    current_rss,
+    emit,
+    process_cpu,
+    process_rss,
+    read_to_eof,
+    receive_exactly,
+    secured,
+    tls_context,
+)
 from .server import MANY_STREAMS, serve_stream, serve_stream_modes
 
 #: What one request carries (after the echo mode byte) and gets back.
@@ -58,18 +66,6 @@ def raise_open_files_limit(wanted: int) -> None:
     goal = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
     if soft != resource.RLIM_INFINITY and soft < goal:
         resource.setrlimit(resource.RLIMIT_NOFILE, (goal, hard))
-
-
-def process_cpu(pid: int) -> float:
-    """CPU seconds (user + system) process ``pid`` has used, from ``/proc``."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def process_rss(pid: int) -> int:
-    with open(f"/proc/{pid}/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
 def count_tasks() -> int:

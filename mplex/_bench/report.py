@@ -6,27 +6,10 @@ import statistics
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from .kinds import MIB, CaseLike, Measure, Target
+from .kinds import MIB, CaseLike, Measure, Target, median_of, throughput
 from .many import many_targets
 
 __all__ = ["CaseLike", "evaluate", "per_request_median", "targets", "targets_text"]
-
-
-def _median(suite: Sequence[CaseLike], case: str, label: str, metric: str) -> float | None:
-    for c in suite:
-        if c.name == case and label in c.results:
-            return float(statistics.median(r[metric] for r in c.results[label]))
-    return None
-
-
-def _throughput(suite: Sequence[CaseLike], case: str, label: str) -> float | None:
-    """Bytes (or requests) per second, median over runs."""
-    for c in suite:
-        if c.name == case and label in c.results:
-            runs = c.results[label]
-            key = "bytes" if "bytes" in runs[0] else "requests"
-            return float(statistics.median(r[key] / r["seconds"] for r in runs))
-    return None
 
 
 def _ratio(a: float | None, b: float | None) -> tuple[float, float] | None:
@@ -61,7 +44,7 @@ def _cpu_ratio(key: str) -> Measure:
 
 def targets() -> list[Target]:
     def tp(case: str, label: str) -> Callable[[Sequence[CaseLike]], float | None]:
-        return lambda s: _throughput(s, case, label)
+        return lambda s: throughput(s, case, label)
 
     def vs(
         mine: Callable[[Sequence[CaseLike]], float | None],
@@ -75,9 +58,9 @@ def targets() -> list[Target]:
         return measure
 
     def sendall_overhead(s: Sequence[CaseLike]) -> tuple[float, float] | None:
-        sendall = _median(s, "32B", "mplex send_all", "seconds")
-        nowait = _median(s, "32B", "mplex send_nowait", "seconds")
-        ckpt = _median(s, "32B", "bare checkpoints", "seconds")
+        sendall = median_of(s, "32B", "mplex send_all", "seconds")
+        nowait = median_of(s, "32B", "mplex send_nowait", "seconds")
+        ckpt = median_of(s, "32B", "bare checkpoints", "seconds")
         if None in (sendall, nowait, ckpt):
             return None
         assert sendall is not None and nowait is not None and ckpt is not None
@@ -87,7 +70,7 @@ def targets() -> list[Target]:
         """Our median over the baseline's (lower is better)."""
 
         def measure(s: Sequence[CaseLike]) -> tuple[float, float] | None:
-            a, b = _median(s, case, mine, metric), _median(s, case, base, metric)
+            a, b = median_of(s, case, mine, metric), median_of(s, case, base, metric)
             return None if a is None or b is None else (a / b, limit)
 
         return measure
@@ -97,7 +80,7 @@ def targets() -> list[Target]:
         return (description, vs(tp(*mine), tp(*base), limit), "min", "x")
 
     def fairness(s: Sequence[CaseLike]) -> tuple[float, float] | None:
-        a = _median(s, "fairness", "mplex", "p99_us")
+        a = median_of(s, "fairness", "mplex", "p99_us")
         return None if a is None else (a / 1000, 5.0)
 
     def rss_32(s: Sequence[CaseLike]) -> tuple[float, float] | None:
@@ -109,7 +92,7 @@ def targets() -> list[Target]:
         return None
 
     def idle(s: Sequence[CaseLike]) -> tuple[float, float] | None:
-        a = _median(s, "idle streams", "mplex", "bytes_per_stream")
+        a = median_of(s, "idle streams", "mplex", "bytes_per_stream")
         return None if a is None else (a / 1024, 4.0)
 
     nowait, sendall, js = ("32B", "mplex send_nowait"), ("32B", "mplex send_all"), ("32B", "js-libp2p mplex")
@@ -243,7 +226,7 @@ def host_targets(
             for c in s:
                 for label in c.results if c.name == case else ():
                     if label.startswith(prefix):
-                        mine, base = _throughput(s, case, OURS_IN_A_HOST), _throughput(s, case, label)
+                        mine, base = throughput(s, case, OURS_IN_A_HOST), throughput(s, case, label)
                         return None if mine is None or not base else (mine / base, limit)
             return None
 
