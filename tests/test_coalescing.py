@@ -19,10 +19,12 @@ from tests.helpers import (
     RawPeer,
     frame,
     memory_streams,
+    muxer_pair,
     over_every_transport,
     read_all,
     settle,
     tcp_streams,
+    tcp_transport,
     tls_streams,
 )
 
@@ -484,3 +486,123 @@ async def test_stream_openings_reach_the_peer_while_the_program_stays_busy(
             opened += 1
         assert accepted >= 50, f"the peer accepted {accepted} of {opened} streams"
         nursery.cancel_scope.cancel()
+
+
+async def reply_and_close(stream: mplex.MplexStream) -> None:
+    """A request/response handler: the request to its end, the reply, then close."""
+    request = await read_all(stream)
+    await stream.send_all(b"re:" + request)
+    await stream.aclose()
+
+
+async def reply_and_return(stream: mplex.MplexStream) -> None:
+    """The same, leaving the close to ``serve_connection``."""
+    await stream.send_all(b"re:" + await read_all(stream))
+
+
+class TestRequestsAndRepliesLeaveWhole:
+    """A request's NewStream, Message and Close leave in one write, and so do a reply's
+    Message and Close: the task that queued them writes them as it ends its sending or
+    waits for the peer, and the writer lets a quiet connection's frames settle first."""
+
+    @over_every_transport
+    async def test_a_request_and_its_reply_take_one_write_each(self, transport: Any) -> None:
+        async with muxer_pair(transport) as (client, server), trio.open_nursery() as nursery:
+
+            async def serve() -> None:
+                async for stream in server:
+                    nursery.start_soon(reply_and_close, stream)
+
+            nursery.start_soon(serve)
+            await settle()
+            before = client.stats.writes, server.stats.writes
+            for index in range(20):
+                stream = await client.open_stream()
+                await stream.send_all(b"%d" % index)
+                await stream.send_eof()
+                assert await read_all(stream) == b"re:%d" % index
+                await stream.aclose()
+            await settle()
+            assert (client.stats.writes - before[0], server.stats.writes - before[1]) == (20, 20)
+            nursery.cancel_scope.cancel()
+
+    @over_every_transport
+    async def test_a_served_reply_closed_by_serve_connection_takes_one_write(self, transport: Any) -> None:
+        async with transport() as (a, b), trio.open_nursery() as nursery:
+            served: list[mplex.Muxer | None] = []
+
+            async def serve() -> None:
+                served.append(await mplex.serve_connection(reply_and_return, b))
+
+            nursery.start_soon(serve)
+            async with mplex.open_muxer(a) as client:
+                for index in range(20):
+                    stream = await client.open_stream()
+                    await stream.send_all(b"%d" % index)
+                    await stream.send_eof()
+                    assert await read_all(stream) == b"re:%d" % index
+                    await stream.aclose()
+                await settle()
+                writes = client.stats.writes
+        (server,) = served
+        assert server is not None
+        # Each reply in one write (the connection's close adds none: the client closed it).
+        assert (writes, server.stats.writes) == (20, 20)
+
+    @over_every_transport
+    async def test_frames_nobody_writes_leave_on_their_own(
+        self, transport: Any, mock_clock: trio.testing.MockClock
+    ) -> None:
+        # A task that queues frames and then waits on something else entirely: the
+        # writer sends them after letting them settle, with no timer (a frozen clock).
+        async with muxer_pair(transport) as (client, server):
+            stream = await client.open_stream()
+            accepted = await server.accept_stream()
+            await stream.send_all(b"question")
+            await stream.send_eof()
+            assert await read_all(accepted) == b"question"
+            await accepted.send_all(b"answer, and no close")
+            got = await stream.receive_some()
+            assert got == b"answer, and no close"
+
+
+@pytest.mark.parametrize("attempt", range(20))
+async def test_a_large_send_behind_queued_frames_is_woken_when_another_task_writes_them(
+    attempt: int,
+) -> None:
+    # A small reply (to a peer that has finished sending) waits a pass to settle; a
+    # large send on another stream finds it queued and waits for the queue to empty;
+    # the replying task then waits for the peer on a third stream, and so writes
+    # what is queued from its own task.  The large send must be woken by that write:
+    # the writer task finds nothing left to write.  Whether the large send comes
+    # first in its scheduler pass is trio's random choice, so the case runs a number
+    # of times.
+    async with muxer_pair(tcp_transport) as (left, right):
+        answering = await left.open_stream()
+        await answering.send_eof()
+        answered = await right.accept_stream()
+        assert await answered.receive_some() == b""
+        asking = await left.open_stream()
+        await asking.send_all(b"?")
+        listening = await right.accept_stream()
+        assert await listening.receive_some() == b"?"
+        large = await right.open_stream()
+        far_end = await left.accept_stream()
+        payload = bytes(range(256)) * 1000
+        with trio.fail_after(10):
+            async with trio.open_nursery() as nursery:
+
+                async def reply_then_listen() -> None:
+                    await answered.send_all(b"reply")
+                    assert await listening.receive_some() == b"go on"
+                    await answered.send_eof()
+
+                async def send_large() -> None:
+                    await large.send_all(payload)
+                    await large.send_eof()
+
+                nursery.start_soon(reply_then_listen)
+                nursery.start_soon(send_large)
+                assert await read_all(far_end) == payload
+                await asking.send_all(b"go on")
+                assert await read_all(answering) == b"reply"

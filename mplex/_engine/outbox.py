@@ -25,6 +25,7 @@ class Outbox:
         "frames",
         "high_water",
         "starts_at_frame",
+        "writes",
     )
 
     def __init__(self, high_water: int) -> None:
@@ -39,6 +40,8 @@ class Outbox:
         self.bytes_sent = 0
         #: Of those, bytes a large send handed to the socket from the caller's buffer.
         self.bytes_sent_without_copy = 0
+        #: Writes that handed bytes to the transport since the connection started.
+        self.writes = 0
         #: Bytes of control frames (NewStream, Close, Reset) in ``buffer``: what the
         #: reader pauses for (a peer that never reads must not grow the queue).
         self.control = 0
@@ -112,11 +115,13 @@ class Outbox:
     def sent(self, count: int) -> None:
         """``count`` bytes that ``take`` handed out reached the transport."""
         self.bytes_sent += count
+        self.writes += 1
 
     def sent_part(self, count: int) -> None:
         """The first ``count`` bytes of ``buffer`` reached the transport from the
         sending task (the rest stays queued)."""
         self.bytes_sent += count
+        self.writes += 1
         if count == len(self.buffer):
             self.take()
         elif count:
@@ -129,6 +134,8 @@ class Outbox:
         self.bytes_sent += count
         self.bytes_sent_without_copy += count
         self.frames += frames
+        if count:
+            self.writes += 1
 
     def queue_unsent(self, head: bytes, body: memoryview, sent: int) -> None:
         """Queue what a direct write left of one frame: ``sent`` bytes of ``head`` then

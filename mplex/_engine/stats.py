@@ -18,6 +18,9 @@ class MuxerStats:
     bytes_received: int = 0
     #: Frames queued for the transport, control frames included.
     frames_sent: int = 0
+    #: Writes handed to the transport (each one ``send_all`` or system call, however
+    #: many frames it carried): ``frames_sent / writes`` is how well frames coalesce.
+    writes: int = 0
     #: Frames decoded from the transport (before adjacent Message frames are merged).
     frames_received: int = 0
     #: Streams this side opened.

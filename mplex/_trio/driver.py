@@ -42,6 +42,7 @@ _CLOSED = ConnectionState.CLOSED
 #: Ends logged at DEBUG; the others (a failed transport, a broken protocol) at INFO.
 _ORDINARY_ENDS = frozenset({EndReason.PEER_CLOSED, EndReason.CLOSED})
 _SENT_CLOSE, _SENT_EOF = Direction.CLOSED, Direction.ENDED
+_ENDED = Direction.ENDED
 _CHANGED, _ARRIVED, _SLOT_FREED = Notice.CHANGED, Notice.ARRIVED, Notice.SLOT_FREED
 _CONTROL, _RELEASED = Notice.CONTROL, Notice.RELEASED
 
@@ -129,7 +130,7 @@ class Driver:
 
     def queue_data(self, record: StreamRecord, view: memoryview) -> None:
         self.protocol.queue_data(record, view)
-        self.writer.queued()
+        self.writer.queued(lone=record.receiving is not _ENDED)
 
     def may_lend(self, *, bulk: bool) -> bool:
         return self.reader.may_lend(bulk=bulk) and self.life.running
@@ -146,15 +147,18 @@ class Driver:
     def send_close(self, record: StreamRecord) -> bool:
         done = self.protocol.send_close(record)
         self.settle()
+        self.writer.send_owed()
         return done
 
     def close(self, record: StreamRecord) -> None:
         self.protocol.close(record)
         self._changed_here(record)
+        self.writer.send_owed()
 
     def reset(self, record: StreamRecord) -> None:
         self.protocol.reset(record)
         self._changed_here(record)
+        self.writer.send_owed()
 
     def send_error(self, record: StreamRecord) -> BaseException:
         # Local reasons win: sending after our own close or EOF is the caller's
@@ -381,6 +385,7 @@ class Driver:
         }
         return protocol.counters.snapshot(
             frames_sent=self.outbox.frames,
+            writes=self.outbox.writes,
             bytes_sent=self.outbox.bytes_sent,
             frames_received=protocol.frames_received,
             reader_blocked_seconds=self.throttle.blocked_for(),

@@ -181,16 +181,17 @@ class MplexStream(trio.abc.HalfCloseableStream):
             if len(buffer) >= self._writer.wake_at:
                 self._outbox.count_frames(self._frames)
                 self._frames = 0
-                self._writer.queued()
+                self._writer.queued(lone=self._record.receiving is not _ENDED)
         elif size <= self._frame_size:
             if size:
                 self._queue_small(data, size)
         else:
             self._host.queue_data(self._record, memoryview(data).cast("B"))
 
-    def _queue_small(self, data: Buffer, size: int) -> None:
+    def _queue_small(self, data: Buffer, size: int, *, yielding: bool = False) -> bool:
         """The small-send path: ``data`` (``size`` bytes, at most a frame's) queued as
-        one Message frame, its prefix cached for a run of equal sizes."""
+        one Message frame, its prefix cached for a run of equal sizes.  True when the
+        caller, ``yielding`` next, must tell the writer after (``Writer.queued``)."""
         if size != self._prefix_size:
             self._prefix_size = size
             self._prefix = frame_prefix(self._record.id, self._record.data_flag, size)
@@ -201,7 +202,8 @@ class MplexStream(trio.abc.HalfCloseableStream):
         if len(buffer) >= self._writer.wake_at:
             self._outbox.count_frames(self._frames)
             self._frames = 0
-            self._writer.queued()
+            return self._writer.queued(lone=self._record.receiving is not _ENDED, yielding=yielding)
+        return False
 
     def _refuse_send_nowait(self) -> None:
         if self._sending:
@@ -245,7 +247,10 @@ class MplexStream(trio.abc.HalfCloseableStream):
                 outbox = self._outbox
                 while len(outbox.buffer) >= outbox.high_water:  # not has_room: see changed()
                     yielded = await self._wait_for_writer()
-                self._queue_small(data, size)
+                if self._queue_small(data, size, yielding=not yielded):
+                    await _yield()
+                    self._writer.queued(lone=self._record.receiving is not _ENDED)
+                    return
             if not yielded:
                 await _yield()
         finally:
@@ -308,12 +313,16 @@ class MplexStream(trio.abc.HalfCloseableStream):
             raise trio.BusyResourceError(_SEND_BUSY)
         self._sending = True
         try:
-            await trio.lowlevel.checkpoint()
+            # Queue, then yield, as send_all does: the Close leaves with what this
+            # stream queued before it, from this task where the transport allows.
+            await _checkpoint_if_cancelled()
             if self._frames:
                 self._outbox.count_frames(self._frames)
                 self._frames = 0
-            if not self._host.send_close(self._record):
-                raise self._host.send_error(self._record)
+            error = None if self._host.send_close(self._record) else self._host.send_error(self._record)
+            await _yield()
+            if error is not None:
+                raise error
         finally:
             self._sending = False
 
@@ -340,8 +349,10 @@ class MplexStream(trio.abc.HalfCloseableStream):
             if unread.size or not record.can_receive:
                 await trio.lowlevel.checkpoint()
             else:
-                # Read the transport in this task (once); otherwise, or if that read
-                # brought nothing for us, wait for the connection's reader task.
+                # The peer may be waiting for what this connection queued: it leaves
+                # first.  Then read the transport in this task (once); otherwise, or
+                # if that read brought nothing for us, wait for the reader task.
+                self._writer.send_owed()
                 host = self._host
                 if host.may_lend(bulk=record.last_delivery >= _BULK_DELIVERY):
                     await host.receive_for(record)

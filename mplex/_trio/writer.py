@@ -4,16 +4,27 @@ Streams append whole frames to the protocol's ``Outbox``; the writer takes every
 queued in one piece and writes it with one transport write.  It is the only task that
 awaits a write.  Where the transport can write without waiting (the socket path), a
 sending task may write on the writer's behalf, with one synchronous, non-blocking
-write that nothing can cancel half-way: a lone message after a quiet spell
-(``queued``), and the frames of a large send from the caller's own buffer
-(``write_frames``).  Whatever the kernel does not take stays queued, in order.
+write that nothing can cancel half-way: a conversation's message after a quiet spell
+(``queued``), frames their task is done with (``send_owed``), and the frames of a
+large send from the caller's own buffer (``write_frames``).  Whatever the kernel does
+not take stays queued, in order.
 
 When to write is the flush policy, all of it here (the decisions are per connection;
 only the wait for idleness below looks at the whole program):
 
-* After a quiet spell (``QUIET``), the first frame leaves at once: from the task that
-  queued it over the socket path, else through the writer, which takes it with
-  whatever else the same scheduler pass queued.  A lone message waits for nothing.
+* After a quiet spell (``QUIET``), a message on a stream whose peer still sends (a
+  conversation: the peer may be waiting for it) leaves at once: from the task that
+  queued it over the socket path, else through the writer.
+* Other frames after a quiet spell (a NewStream, a Close, a reply to a peer that has
+  finished sending) are likely followed by more from the same task: a request is
+  NewStream, Message and Close; a reply is Message, then Close.  They leave when
+  their task is done with them (``send_owed``): as it ends a stream's sending side
+  (``send_eof``, ``aclose``, ``reset``) or is about to wait in ``receive_some``, the
+  task writes everything queued (socket path) or ends the writer's wait.  So a
+  request leaves in one write, and so does a reply.  In case the task does neither,
+  the writer is woken too and lets one scheduler pass go by (``SETTLE_PASSES``)
+  before it writes them itself; ``send_all`` wakes it only after its own yield, which
+  counts as one more pass.  No timer is involved: nothing waits for the program.
 * Over the socket path the writer's own write is non-blocking too.  It yields after
   it only when a second batch of data in a row left (a streaming sender's next
   frames then pile up, see below); a request's or a reply's frames cost it no yield.
@@ -65,6 +76,12 @@ QUIET = 50e-6
 #: Seconds since the last write after which a control frame queued while the program
 #: is busy goes out without waiting for idleness (see the module docstring).
 CONTROL_WAIT = 100e-6
+#: Scheduler passes a woken writer lets go by before it writes frames that are not a
+#: conversation's message, unless their task writes them first (``send_owed``).  One
+#: covers a request (the writer is woken by its NewStream; the Close follows within
+#: a pass) and a reply (woken after ``send_all``'s yield; the Close follows one call
+#: later), whichever runs first in trio's pass.
+SETTLE_PASSES = 1
 #: A ``wake_at`` no queue reaches.
 NEVER = sys.maxsize
 #: Most payload bytes handed to one ``writev``: a few socket buffers' worth, so a large
@@ -109,34 +126,57 @@ class Writer:
         self._batch_control = 0
         # True when the last batch written without waiting carried data.
         self._carried_data = False
+        # True once the frames being let settle are owed now (``send_owed``).
+        self._owed = False
 
     # -- senders --------------------------------------------------------------------------
 
-    def queued(self) -> None:
-        """Frames were appended to the outbox: make sure they leave."""
-        outbox = self._outbox
-        if self._parked:
-            if self.direct and self._write_from_sender():
-                return
-            self._wake()
-        elif self._idle_scope is not None and len(outbox.buffer) >= FLUSH_AT:
-            self.flush_now()
-        elif outbox.control and not self.writing:
-            self._hurry()
+    def queued(self, *, lone: bool = False, yielding: bool = False) -> bool:
+        """Frames were appended to the outbox: make sure they leave.
 
-    def _wake(self) -> None:
+        ``lone``: data on a stream whose peer still sends (a conversation: the peer
+        may be waiting for this message).  After a quiet spell it leaves at once, from
+        the calling task where the transport allows it.  Other frames (a NewStream, a
+        Close, a reply to a peer that has finished sending) are likely followed by
+        more from the same task: the writer lets them settle (``SETTLE_PASSES``).
+
+        ``yielding``: the caller yields next and calls ``queued`` again after it, so
+        that its own yield is the first pass of settling.  True when it must.
+        """
+        if self._parked:
+            if lone and self.direct and time.perf_counter() - self.last_write >= QUIET:
+                self._write_queued(time.perf_counter())
+                if not self._outbox.buffer:
+                    return False
+            if yielding:
+                return True
+            self._wake(settle=not lone)
+        elif self._idle_scope is not None:
+            if len(self._outbox.buffer) >= FLUSH_AT:
+                self.flush_now()
+            elif self._outbox.control:
+                self._hurry()
+        return False
+
+    def _wake(self, *, settle: bool) -> None:
         self._parked = False
+        self._owed = not settle
         self.wake_at = NEVER
         self._lot.unpark_all()
 
-    def _write_from_sender(self) -> bool:
-        """After a quiet spell, hand the outbox to the kernel from the calling task
-        (a lone message saves the writer's scheduler pass).  True when all of it left;
-        what the kernel did not take, the writer sends."""
-        if time.perf_counter() - self.last_write < QUIET:
-            return False  # busy: let frames gather for the writer
-        self._write_queued(time.perf_counter())
-        return not self._outbox.buffer
+    def send_owed(self) -> None:
+        """The calling task is done with what it queued for now: it ended a stream's
+        sending side, or is about to wait for the peer, who may be waiting for those
+        frames.  Where the transport allows it they go to the kernel from this task;
+        elsewhere the writer stops letting passes go by.  Not while a busy program's
+        frames are being gathered or written: the writer is on its way."""
+        outbox = self._outbox
+        if not outbox.buffer or self.writing or self._idle_scope is not None:
+            return
+        if self.direct:
+            self._write_queued(time.perf_counter())
+        else:
+            self._owed = True
 
     def _write_queued(self, now: float) -> None:
         """Hand what is queued to the kernel from the calling task (one non-blocking
@@ -148,6 +188,7 @@ class Writer:
         if sent:
             self._trace.sent(outbox.buffer, at_frame, sent)
             outbox.sent_part(sent)
+            self.wake_senders()  # a large send waits for the queue to empty
 
     def _hurry(self) -> None:
         """A control frame is queued while the program is busy: once ``CONTROL_WAIT``
@@ -163,6 +204,7 @@ class Writer:
 
     def flush_now(self) -> None:
         """Stop waiting for idleness: write what is queued now."""
+        self._owed = True
         if self._idle_scope is not None:
             self.wake_at = NEVER
             self._idle_scope.cancel()
@@ -241,7 +283,7 @@ class Writer:
             left -= size
         outbox.sent_directly(sent, frames)
         if outbox.buffer:
-            self.queued()
+            self.queued(lone=True)
         return pos
 
     # -- the writer task --------------------------------------------------------------------
@@ -255,8 +297,16 @@ class Writer:
                 self._parked = True
                 self.wake_at = 0 if not self.writing else NEVER
                 await self._lot.park()
-                # Woken by the first frame after a quiet spell: take it now, with
-                # whatever else the same scheduler pass queued.
+                # Woken by the first frames after a quiet spell.  Unless they are a
+                # conversation's message, the task that queued them is likely still
+                # at work on this connection (a request's NewStream, Message and
+                # Close; a reply's Message, then its Close): let it finish, so that
+                # its frames leave in one write.  It writes them itself when it is
+                # done (``send_owed``).
+                for _ in range(SETTLE_PASSES):
+                    if self._owed or not outbox.buffer:
+                        break
+                    await trio.lowlevel.cancel_shielded_checkpoint()
                 if not outbox.buffer or self.writing:
                     continue
             elif len(outbox.buffer) < FLUSH_AT:
