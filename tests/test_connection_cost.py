@@ -212,3 +212,44 @@ async def serve_one(transport: trio.abc.Stream, task_status: trio.TaskStatus[mpl
 async def echo_and_close(stream: mplex.MplexStream) -> None:
     async with stream:
         await echo_until_eof(stream)
+
+
+class StepsOfTask(trio.abc.Instrument):
+    """Counts the scheduler steps of the task named ``name``."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.steps = 0
+
+    def before_task_step(self, task: trio.lowlevel.Task) -> None:
+        if task.name == self.name:
+            self.steps += 1
+
+
+@over_every_transport
+async def test_a_served_stream_starts_its_handler_without_a_pass_of_the_accept_loop(
+    transport: Any,
+) -> None:
+    """``serve_connection`` starts a stream's handler from the task that read it (a
+    handler task idle since its last stream, or a new one): its own task, which runs
+    the accept loop, takes no scheduler step per stream."""
+
+    async def echo(stream: mplex.MplexStream) -> None:
+        await stream.send_all(await read_all(stream))
+
+    requests = 50
+    counter = StepsOfTask("the server's serve_connection")
+    async with transport() as (client_end, server_end), trio.open_nursery() as nursery:
+        nursery.start_soon(mplex.serve_connection, echo, server_end, name=counter.name)
+        async with mplex.open_muxer(client_end) as client:
+            trio.lowlevel.add_instrument(counter)
+            for index in range(requests):
+                stream = await client.open_stream()
+                await stream.send_all(b"%d" % index)
+                await stream.send_eof()
+                assert await read_all(stream) == b"%d" % index
+                await stream.aclose()
+            trio.lowlevel.remove_instrument(counter)
+    # The loop steps only when the connection ends (and on the previous design, once
+    # for each stream).
+    assert counter.steps <= 2, counter.steps

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import traceback
+from collections.abc import Callable
 from typing import Any
 
 import trio
@@ -74,6 +75,8 @@ class Driver:
             flush_delay=config.max_flush_delay,
             close_timeout=config.close_timeout,
         )
+        #: Called as streams arrive, before acceptors are woken (``start_on_arrival``).
+        self.on_arrival: Callable[[], None] | None = None
         self._accept_lot = trio.lowlevel.ParkingLot()
         self._slot_lot = trio.lowlevel.ParkingLot()
         self._run_scope: trio.CancelScope | None = None
@@ -109,6 +112,8 @@ class Driver:
         life = self.life
         if events & _ARRIVED:
             if life.running:
+                if self.on_arrival is not None:
+                    self.on_arrival()
                 self._accept_lot.unpark(count=len(self.protocol.backlog))
             else:
                 self._accept_lot.unpark_all()

@@ -57,7 +57,9 @@ class HandlerTasks:
             # Handed over in a holder, not as an argument: trio 0.27 copies a protected
             # coroutine's arguments into its frame's locals dict, which would keep the
             # first stream alive as long as the task.
-            self._nursery.start_soon(self._work, _Idle(stream), name=HANDLER_TASK)
+            # In a copy of serve_connection's context, whichever task starts it (the
+            # accept loop, or the reader as the stream arrives).
+            self._context.run(self._nursery.start_soon, self._work, _Idle(stream), name=HANDLER_TASK)
 
     def close(self) -> None:
         """No more streams: idle tasks end now, busy ones when their handler returns."""

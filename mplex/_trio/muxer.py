@@ -36,7 +36,7 @@ delivers what the peer had sent (``Reader.linger``).
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any, final
 
 import trio
@@ -50,7 +50,7 @@ from .driver import Driver
 from .errors import ConnectionLost, EndReason, MuxerClosed, unwrapped
 from .stream import MplexStream
 
-__all__ = ["Muxer", "open_muxer"]
+__all__ = ["Muxer", "open_muxer", "start_on_arrival"]
 
 
 @final
@@ -275,6 +275,14 @@ class Muxer:
             return await self.accept_stream()
         except (MuxerClosed, ConnectionLost):
             raise StopAsyncIteration from None
+
+
+def start_on_arrival(muxer: Muxer, start: Callable[[], None] | None) -> None:
+    """Have ``start()`` called as streams arrive (None: no more), from the task that
+    read them, before any task waiting in ``accept_stream`` is woken; what it leaves
+    in the backlog is theirs.  ``serve_connection`` starts its handlers so, without a
+    scheduler pass of its accept loop per stream."""
+    muxer._driver.on_arrival = start
 
 
 def open_muxer(

@@ -30,7 +30,7 @@ from ._util import (
 )
 from .errors import ConnectionLost, MuxerClosed, Unwrapping, unwrapped
 from .handlers import HandlerTasks
-from .muxer import Muxer
+from .muxer import Muxer, start_on_arrival
 from .select import accept_protocol
 from .stream import MplexStream
 
@@ -123,6 +123,9 @@ async def _serve_connection(
             nursery.start_soon(connection.close_when_idle, idle_timeout)
         async with trio.open_nursery() as handlers:
             tasks = HandlerTasks(handlers, partial(connection.serve_stream, handler), IDLE_HANDLER_TASKS)
+            # Streams start their handlers as the reader hands them over, while slots
+            # are free; the loop below takes what is left when they are not.
+            start_on_arrival(muxer, partial(connection.start_waiting, tasks))
             while True:
                 await connection.take_slot()  # a free handler slot before the next stream
                 try:
@@ -135,6 +138,7 @@ async def _serve_connection(
                 # The streams that arrived with it, without a scheduler pass each.
                 if not connection.start_waiting(tasks):
                     break
+            start_on_arrival(muxer, None)
             tasks.close()
             # The connection has ended: handlers still running get close_timeout.
             handlers.cancel_scope.deadline = trio.current_time() + muxer.config.close_timeout
