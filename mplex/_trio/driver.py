@@ -76,7 +76,7 @@ class Driver:
             close_timeout=config.close_timeout,
         )
         #: Called as streams arrive, before acceptors are woken (``start_on_arrival``).
-        self.on_arrival: Callable[[], None] | None = None
+        self.on_arrival: Callable[[], object] | None = None
         self._accept_lot = trio.lowlevel.ParkingLot()
         self._slot_lot = trio.lowlevel.ParkingLot()
         self._run_scope: trio.CancelScope | None = None

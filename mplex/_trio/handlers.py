@@ -59,7 +59,10 @@ class HandlerTasks:
             # first stream alive as long as the task.
             # In a copy of serve_connection's context, whichever task starts it (the
             # accept loop, or the reader as the stream arrives).
-            self._context.run(self._nursery.start_soon, self._work, _Idle(stream), name=HANDLER_TASK)
+            self._context.run(self._spawn, _Idle(stream))
+
+    def _spawn(self, idle: _Idle) -> None:
+        self._nursery.start_soon(self._work, idle, name=HANDLER_TASK)
 
     def close(self) -> None:
         """No more streams: idle tasks end now, busy ones when their handler returns."""

@@ -277,7 +277,7 @@ class Muxer:
             raise StopAsyncIteration from None
 
 
-def start_on_arrival(muxer: Muxer, start: Callable[[], None] | None) -> None:
+def start_on_arrival(muxer: Muxer, start: Callable[[], object] | None) -> None:
     """Have ``start()`` called as streams arrive (None: no more), from the task that
     read them, before any task waiting in ``accept_stream`` is woken; what it leaves
     in the backlog is theirs.  ``serve_connection`` starts its handlers so, without a
