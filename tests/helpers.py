@@ -189,6 +189,22 @@ async def read_all(stream: trio.abc.ReceiveStream) -> bytes:
     return b"".join(chunks)
 
 
+async def reply_and_return(stream: mplex.MplexStream) -> None:
+    """A request/response handler for ``serve_connection`` (which closes the stream):
+    the request to its end, then ``re:`` and the request."""
+    await stream.send_all(b"re:" + await read_all(stream))
+
+
+async def ask(client: mplex.Muxer, requests: int) -> None:
+    """``requests`` requests to ``reply_and_return``, one after another, a stream each."""
+    for index in range(requests):
+        stream = await client.open_stream()
+        await stream.send_all(b"%d" % index)
+        await stream.send_eof()
+        assert await read_all(stream) == b"re:%d" % index
+        await stream.aclose()
+
+
 class RawPeer:
     """The far end of a muxer, speaking raw frames: for tests of exact wire behaviour."""
 

@@ -17,11 +17,13 @@ from mplex import Flag
 from tests.helpers import (
     CountingStream,
     RawPeer,
+    ask,
     frame,
     memory_streams,
     muxer_pair,
     over_every_transport,
     read_all,
+    reply_and_return,
     settle,
     tcp_streams,
     tcp_transport,
@@ -495,11 +497,6 @@ async def reply_and_close(stream: mplex.MplexStream) -> None:
     await stream.aclose()
 
 
-async def reply_and_return(stream: mplex.MplexStream) -> None:
-    """The same, leaving the close to ``serve_connection``."""
-    await stream.send_all(b"re:" + await read_all(stream))
-
-
 class TestRequestsAndRepliesLeaveWhole:
     """A request's NewStream, Message and Close leave in one write, and so do a reply's
     Message and Close: the task that queued them writes them as it ends its sending or
@@ -516,12 +513,7 @@ class TestRequestsAndRepliesLeaveWhole:
             nursery.start_soon(serve)
             await settle()
             before = client.stats.writes, server.stats.writes
-            for index in range(20):
-                stream = await client.open_stream()
-                await stream.send_all(b"%d" % index)
-                await stream.send_eof()
-                assert await read_all(stream) == b"re:%d" % index
-                await stream.aclose()
+            await ask(client, 20)
             await settle()
             assert (client.stats.writes - before[0], server.stats.writes - before[1]) == (20, 20)
             nursery.cancel_scope.cancel()
@@ -536,12 +528,7 @@ class TestRequestsAndRepliesLeaveWhole:
 
             nursery.start_soon(serve)
             async with mplex.open_muxer(a) as client:
-                for index in range(20):
-                    stream = await client.open_stream()
-                    await stream.send_all(b"%d" % index)
-                    await stream.send_eof()
-                    assert await read_all(stream) == b"re:%d" % index
-                    await stream.aclose()
+                await ask(client, 20)
                 await settle()
                 writes = client.stats.writes
         (server,) = served

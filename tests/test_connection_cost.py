@@ -28,7 +28,15 @@ import trio.testing
 import mplex
 from mplex._bench.many_peer import count_tasks, raise_open_files_limit
 
-from .helpers import TaskSteps, no_cyclic_gc, over_every_transport, read_all, tcp_transport
+from .helpers import (
+    TaskSteps,
+    ask,
+    no_cyclic_gc,
+    over_every_transport,
+    read_all,
+    reply_and_return,
+    tcp_transport,
+)
 
 FULL = bool(os.environ.get("MPLEX_FULL"))
 
@@ -234,21 +242,12 @@ async def test_a_served_stream_starts_its_handler_without_a_pass_of_the_accept_l
     handler task idle since its last stream, or a new one): its own task, which runs
     the accept loop, takes no scheduler step per stream."""
 
-    async def echo(stream: mplex.MplexStream) -> None:
-        await stream.send_all(await read_all(stream))
-
-    requests = 50
     counter = StepsOfTask("the server's serve_connection")
     async with transport() as (client_end, server_end), trio.open_nursery() as nursery:
-        nursery.start_soon(mplex.serve_connection, echo, server_end, name=counter.name)
+        nursery.start_soon(mplex.serve_connection, reply_and_return, server_end, name=counter.name)
         async with mplex.open_muxer(client_end) as client:
             trio.lowlevel.add_instrument(counter)
-            for index in range(requests):
-                stream = await client.open_stream()
-                await stream.send_all(b"%d" % index)
-                await stream.send_eof()
-                assert await read_all(stream) == b"%d" % index
-                await stream.aclose()
+            await ask(client, 50)
             trio.lowlevel.remove_instrument(counter)
     # The loop steps only when the connection ends (and on the previous design, once
     # for each stream).
