@@ -43,7 +43,7 @@ _CLOSED = ConnectionState.CLOSED
 #: Ends logged at DEBUG; the others (a failed transport, a broken protocol) at INFO.
 _ORDINARY_ENDS = frozenset({EndReason.PEER_CLOSED, EndReason.CLOSED})
 _SENT_CLOSE, _SENT_EOF = Direction.CLOSED, Direction.ENDED
-_ENDED = Direction.ENDED
+_ENDED = Direction.ENDED  # of the peer's direction: a reply to a finished request
 _CHANGED, _ARRIVED, _SLOT_FREED = Notice.CHANGED, Notice.ARRIVED, Notice.SLOT_FREED
 _CONTROL, _RELEASED = Notice.CONTROL, Notice.RELEASED
 
@@ -125,11 +125,12 @@ class Driver:
 
     def _changed_here(self, record: StreamRecord) -> None:
         """The program changed ``record``: wake whoever it concerns, a receiving task
-        waiting on the transport itself included."""
+        waiting on the transport itself included; what is queued is owed now."""
         transport = self.transport
         if transport.borrower_waiting is record:
             transport.wake_borrower()
         self.settle()
+        self.writer.send_owed()
 
     # -- what streams ask (StreamHost) ------------------------------------------------------
 
@@ -158,12 +159,10 @@ class Driver:
     def close(self, record: StreamRecord) -> None:
         self.protocol.close(record)
         self._changed_here(record)
-        self.writer.send_owed()
 
     def reset(self, record: StreamRecord) -> None:
         self.protocol.reset(record)
         self._changed_here(record)
-        self.writer.send_owed()
 
     def send_error(self, record: StreamRecord) -> BaseException:
         # Local reasons win: sending after our own close or EOF is the caller's

@@ -226,14 +226,10 @@ class MplexStream(trio.abc.HalfCloseableStream):
                 data = byte_buffer(data)  # len() must count bytes, before anything is queued
             if not self._writer.gathering:
                 # trio's socket idiom: raise if already cancelled, queue, then yield
-                # without cancellation.  The writer is then scheduled in the same pass
-                # as our yield, and a cancelled call has queued nothing.
+                # without cancellation (a cancelled call has queued nothing).
                 await _checkpoint_if_cancelled()
                 yielded = False
-            else:
-                # The writer is gathering a busy program's frames until every task is
-                # blocked, so queuing after the yield delays nothing; one checkpoint
-                # costs a call less than the check and the yield apart.
+            else:  # nothing leaves before the program idles: one call, not two
                 await _checkpoint()
                 yielded = True
             if not self._record.can_send:
@@ -313,9 +309,7 @@ class MplexStream(trio.abc.HalfCloseableStream):
             raise trio.BusyResourceError(_SEND_BUSY)
         self._sending = True
         try:
-            # Queue, then yield, as send_all does: the Close leaves with what this
-            # stream queued before it, from this task where the transport allows.
-            await _checkpoint_if_cancelled()
+            await _checkpoint_if_cancelled()  # queue, then yield: as send_all does
             if self._frames:
                 self._outbox.count_frames(self._frames)
                 self._frames = 0
@@ -349,9 +343,8 @@ class MplexStream(trio.abc.HalfCloseableStream):
             if unread.size or not record.can_receive:
                 await trio.lowlevel.checkpoint()
             else:
-                # The peer may be waiting for what this connection queued: it leaves
-                # first.  Then read the transport in this task (once); otherwise, or
-                # if that read brought nothing for us, wait for the reader task.
+                # What we queued first (the peer may wait for it); then one read in
+                # this task, or (if it brought nothing for us) wait for the reader.
                 self._writer.send_owed()
                 host = self._host
                 if host.may_lend(bulk=record.last_delivery >= _BULK_DELIVERY):
