@@ -183,15 +183,15 @@ class MplexStream(trio.abc.HalfCloseableStream):
                 self._frames = 0
                 self._writer.queued(lone=self._record.receiving is not _ENDED)
         elif size <= self._frame_size:
-            if size:
-                self._queue_small(data, size)
+            if size and self._queue_small(data, size):
+                self._writer.queued(lone=self._record.receiving is not _ENDED)
         else:
             self._host.queue_data(self._record, memoryview(data).cast("B"))
 
-    def _queue_small(self, data: Buffer, size: int, *, yielding: bool = False) -> bool:
+    def _queue_small(self, data: Buffer, size: int) -> bool:
         """The small-send path: ``data`` (``size`` bytes, at most a frame's) queued as
         one Message frame, its prefix cached for a run of equal sizes.  True when the
-        caller, ``yielding`` next, must tell the writer after (``Writer.queued``)."""
+        writer must be told (``Writer.queued``)."""
         if size != self._prefix_size:
             self._prefix_size = size
             self._prefix = frame_prefix(self._record.id, self._record.data_flag, size)
@@ -202,7 +202,7 @@ class MplexStream(trio.abc.HalfCloseableStream):
         if len(buffer) >= self._writer.wake_at:
             self._outbox.count_frames(self._frames)
             self._frames = 0
-            return self._writer.queued(lone=self._record.receiving is not _ENDED, yielding=yielding)
+            return True
         return False
 
     def _refuse_send_nowait(self) -> None:
@@ -243,10 +243,12 @@ class MplexStream(trio.abc.HalfCloseableStream):
                 outbox = self._outbox
                 while len(outbox.buffer) >= outbox.high_water:  # not has_room: see changed()
                     yielded = await self._wait_for_writer()
-                if self._queue_small(data, size, yielding=not yielded):
-                    await _yield()
-                    self._writer.queued(lone=self._record.receiving is not _ENDED)
-                    return
+                if self._queue_small(data, size):
+                    lone = self._record.receiving is not _ENDED
+                    if self._writer.queued(lone=lone, yielding=not yielded):
+                        await _yield()
+                        self._writer.queued(lone=lone)
+                        return
             if not yielded:
                 await _yield()
         finally:
