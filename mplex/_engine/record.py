@@ -104,6 +104,11 @@ class StreamRecord:
         self.can_receive = self.receiving is _OPEN
 
     @property
+    def peer_finished(self) -> bool:
+        """The peer ended its direction with a Close: what we send now answers it."""
+        return self.receiving is Direction.ENDED
+
+    @property
     def closed(self) -> bool:
         """Neither direction can carry more data."""
         return not self.can_send and not self.can_receive

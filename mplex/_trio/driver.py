@@ -43,7 +43,6 @@ _CLOSED = ConnectionState.CLOSED
 #: Ends logged at DEBUG; the others (a failed transport, a broken protocol) at INFO.
 _ORDINARY_ENDS = frozenset({EndReason.PEER_CLOSED, EndReason.CLOSED})
 _SENT_CLOSE, _SENT_EOF = Direction.CLOSED, Direction.ENDED
-_ENDED = Direction.ENDED  # of the peer's direction: a reply to a finished request
 _CHANGED, _ARRIVED, _SLOT_FREED = Notice.CHANGED, Notice.ARRIVED, Notice.SLOT_FREED
 _CONTROL, _RELEASED = Notice.CONTROL, Notice.RELEASED
 
@@ -136,7 +135,7 @@ class Driver:
 
     def queue_data(self, record: StreamRecord, view: memoryview) -> None:
         self.protocol.queue_data(record, view)
-        self.writer.queued(lone=record.receiving is not _ENDED)
+        self.writer.queued(lone=not record.peer_finished)
 
     def may_lend(self, *, bulk: bool) -> bool:
         return self.reader.may_lend(bulk=bulk) and self.life.running

@@ -181,10 +181,10 @@ class MplexStream(trio.abc.HalfCloseableStream):
             if len(buffer) >= self._writer.wake_at:
                 self._outbox.count_frames(self._frames)
                 self._frames = 0
-                self._writer.queued(lone=self._record.receiving is not _ENDED)
+                self._writer.queued(lone=not self._record.peer_finished)
         elif size <= self._frame_size:
             if size and self._queue_small(data, size):
-                self._writer.queued(lone=self._record.receiving is not _ENDED)
+                self._writer.queued(lone=not self._record.peer_finished)
         else:
             self._host.queue_data(self._record, memoryview(data).cast("B"))
 
@@ -244,7 +244,7 @@ class MplexStream(trio.abc.HalfCloseableStream):
                 while len(outbox.buffer) >= outbox.high_water:  # not has_room: see changed()
                     yielded = await self._wait_for_writer()
                 if self._queue_small(data, size):
-                    lone = self._record.receiving is not _ENDED
+                    lone = not self._record.peer_finished
                     if self._writer.queued(lone=lone, yielding=not yielded):
                         await _yield()
                         self._writer.queued(lone=lone)
