@@ -27,8 +27,12 @@ import trio
 
 from .base import READ_SIZE, Transport
 
-__all__ = ["POSIX_SOCKETS", "SocketTransport"]
+__all__ = ["DRAINED_BELOW", "POSIX_SOCKETS", "SocketTransport"]
 
+#: A read right after a wait that brings fewer bytes than this is a peer's request or
+#: reply, not a stream: the reader waits before it reads again (a message or two; a
+#: streaming peer's input comes in far larger reads).
+DRAINED_BELOW = 4096
 #: Socket descriptors work with os.read, os.write and os.writev.
 POSIX_SOCKETS = os.name == "posix" and hasattr(os, "writev")
 
@@ -47,6 +51,10 @@ class SocketTransport(Transport):
         # True when the reader's last wait for the socket ended (a yield) and no read
         # has followed it yet.
         self._woke = False
+        # True when the reader's last read followed a wait and found a little input
+        # (``DRAINED_BELOW``): the peer is not streaming, and a read now would most
+        # likely find nothing.
+        self._drained = False
 
     # -- reading ------------------------------------------------------------------------
 
@@ -59,14 +67,18 @@ class SocketTransport(Transport):
             return None
 
     async def _read(self) -> bytes | bytearray | None:
-        data = self.read_nowait()
+        # After a little input, wait first: a read that finds nothing costs a system
+        # call and an exception, and the wait follows it anyway.
+        data = None if self._drained else self.read_nowait()
         if data is not None:
             # A read right after a wait for the socket follows a yield already: the
             # reader yields only between reads that found data waiting.
             self.yield_due = not self._woke
+            self._drained = self._woke and len(data) < DRAINED_BELOW
             self._woke = False
             return data
         self.yield_due = False
+        self._drained = False
         self.reader_waiting = True
         try:
             await self._wait(trio.lowlevel.wait_readable)
