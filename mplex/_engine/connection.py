@@ -170,7 +170,7 @@ class Connection:
     def accept(self) -> StreamRecord:
         """The oldest stream of the backlog (the caller checked there is one)."""
         self.counters.streams_accepted += 1
-        return self.backlog.popleft()
+        return self.backlog.popitem(last=False)[0]
 
     def take(self, record: StreamRecord, max_bytes: int | None) -> bytes:
         """Up to ``max_bytes`` of ``record``'s unread data (it must have some)."""
@@ -225,7 +225,7 @@ class Connection:
         it, and take it out of the backlog.  False if it had finished already."""
         self.discard(record)
         if self.table.unaccepted(record):
-            self.backlog.remove(record)  # nobody wants a stream reset unseen
+            del self.backlog[record]  # nobody wants a stream reset unseen
         if self.apply(record, StreamEvent.SEND_RESET) is not _OK:
             return False
         self.control(record.id, record.flag(Flag.RESET_INITIATOR))

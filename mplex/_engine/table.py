@@ -10,7 +10,7 @@ keeps count.
 
 from __future__ import annotations
 
-from collections import OrderedDict, deque
+from collections import OrderedDict
 
 from .errors import MplexError
 from .record import StreamRecord
@@ -35,8 +35,10 @@ class StreamTable:
         self.slots: set[int] = set()
         #: Streams the peer opened that are still in the table.
         self.inbound = 0
-        #: Inbound streams waiting to be accepted, oldest first.
-        self.backlog: deque[StreamRecord] = deque()
+        #: Inbound streams waiting to be accepted, oldest first (the values are None).
+        #: Not a deque: an empty deque holds a block of its own, and most connections
+        #: have nothing waiting most of the time.
+        self.backlog: OrderedDict[StreamRecord, None] = OrderedDict()
         # Enough to remember every stream both sides may have open, twice over: a batch
         # reset of all of them must not make their in-flight frames "unknown".
         self.tombstone_limit = max(_TOMBSTONES, 2 * (max_inbound + max_outbound))
@@ -63,7 +65,7 @@ class StreamTable:
         self._tombstones.pop(record.key, None)
         self.streams[record.key] = record
         self.inbound += 1
-        self.backlog.append(record)
+        self.backlog[record] = None
 
     def unaccepted(self, record: StreamRecord) -> bool:
         """True if ``record`` waits in the backlog."""

@@ -47,6 +47,7 @@ __all__ = [
     "Buffer",
     "ConnectionLog",
     "FrameTracer",
+    "OneTaskLot",
     "byte_buffer",
     "checked_config",
     "checked_handler",
@@ -301,3 +302,33 @@ def explain(exc: BaseException) -> str:
         return exc.strerror
     text = str(exc)
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+class OneTaskLot:
+    """Where one task (the reader, the writer) parks until another wakes it.
+
+    A ``trio.lowlevel.ParkingLot`` for one task: every connection has a few, so the
+    lot's own table of tasks would cost each connection memory, and each wake-up
+    a call more.
+    """
+
+    __slots__ = ("_task",)
+
+    def __init__(self) -> None:
+        self._task: trio.lowlevel.Task | None = None
+
+    async def park(self) -> None:
+        """Wait until ``unpark`` (or cancellation); one task at a time."""
+        self._task = trio.lowlevel.current_task()
+        await trio.lowlevel.wait_task_rescheduled(self._abort)
+
+    def _abort(self, _: object) -> trio.lowlevel.Abort:
+        self._task = None
+        return trio.lowlevel.Abort.SUCCEEDED
+
+    def unpark(self) -> None:
+        """Wake the parked task, if there is one."""
+        task = self._task
+        if task is not None:
+            self._task = None
+            trio.lowlevel.reschedule(task)

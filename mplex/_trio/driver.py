@@ -76,8 +76,10 @@ class Driver:
         )
         #: Called as streams arrive, before acceptors are woken (``start_on_arrival``).
         self.on_arrival: Callable[[], object] | None = None
-        self._accept_lot = trio.lowlevel.ParkingLot()
-        self._slot_lot = trio.lowlevel.ParkingLot()
+        # Tasks waiting in accept_stream, and for a stream slot: made when the first
+        # comes (most connections never have one, and each lot costs memory).
+        self._accept_lot: trio.lowlevel.ParkingLot | None = None
+        self._slot_lot: trio.lowlevel.ParkingLot | None = None
         self._run_scope: trio.CancelScope | None = None
 
     @property
@@ -110,17 +112,20 @@ class Driver:
         be opened or accepted, so that each raises why."""
         life = self.life
         if events & _ARRIVED:
+            accepting = self._accept_lot
             if life.running:
                 if self.on_arrival is not None:
                     self.on_arrival()
-                self._accept_lot.unpark(count=len(self.protocol.backlog))
-            else:
-                self._accept_lot.unpark_all()
-        if events & _SLOT_FREED:
+                if accepting:
+                    accepting.unpark(count=len(self.protocol.backlog))
+            elif accepting:
+                accepting.unpark_all()
+        opening = self._slot_lot
+        if events & _SLOT_FREED and opening:
             if life.running and life.send_error is None:
-                self._slot_lot.unpark()
+                opening.unpark()
             else:
-                self._slot_lot.unpark_all()
+                opening.unpark_all()
 
     def _changed_here(self, record: StreamRecord) -> None:
         """The program changed ``record``: wake whoever it concerns, a receiving task
@@ -207,7 +212,7 @@ class Driver:
         room and a slot is free."""
         await trio.lowlevel.checkpoint()
         protocol, outbox = self.protocol, self.outbox
-        table, waiting = protocol.table, self._slot_lot
+        table = protocol.table
         # Tasks waiting for a slot are served first come, first served, one freed slot
         # waking one of them (``settle``): a newcomer never takes a slot ahead of them.
         woken = False
@@ -218,13 +223,16 @@ class Driver:
                 # the per-request path (see Connection.changed)
                 if len(outbox.buffer) >= outbox.high_water:
                     await self.writer.wait_for_room()  # NewStream is queued like data
-                elif len(table.slots) < table.max_outbound and (woken or not waiting):
+                elif len(table.slots) < table.max_outbound and (woken or not self._slot_lot):
                     break
                 else:
-                    await waiting.park()
+                    if self._slot_lot is None:
+                        self._slot_lot = trio.lowlevel.ParkingLot()
+                    await self._slot_lot.park()
                     woken = True
             record = protocol.open(name)
         finally:
+            waiting = self._slot_lot
             if waiting and len(table.slots) < table.max_outbound:
                 waiting.unpark()  # a slot is still free (or ours was not taken): the next
         self.settle()
@@ -254,6 +262,8 @@ class Driver:
                 if not self.life.running:
                     await trio.lowlevel.checkpoint()
                     self.life.raise_ended()
+                if self._accept_lot is None:
+                    self._accept_lot = trio.lowlevel.ParkingLot()
                 await self._accept_lot.park()
             return MplexStream(self, self.protocol.accept(), self.config.max_send_frame_size)
         finally:
@@ -263,7 +273,8 @@ class Driver:
     # -- running and ending -----------------------------------------------------------------------
 
     async def run(self, task_status: trio.TaskStatus[None]) -> None:
-        """The reader and writer tasks until the connection ends; see ``Muxer.run``."""
+        """The reader (in this task) and the writer task until the connection ends; see
+        ``Muxer.run``."""
         if self.config.prime_allocator:
             prime_allocator()
         try:
@@ -272,9 +283,12 @@ class Driver:
             async with trio.open_nursery() as nursery:
                 self._run_scope = nursery.cancel_scope
                 if self.life.running:
-                    nursery.start_soon(self.reader.run, self, name=f"mplex reader {self.name}")
                     nursery.start_soon(self.writer.run, self._write_failed, name=f"mplex writer {self.name}")
                 task_status.started()
+                if self.life.running:
+                    # The reader runs in this task: a task of its own would cost each
+                    # connection a parked task's memory while this one only waited.
+                    await self.reader.run(self)
         finally:
             self.end(MuxerClosed("the muxer's run() was cancelled"), None, final_state=_CLOSED)
             try:

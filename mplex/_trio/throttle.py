@@ -27,6 +27,7 @@ import trio
 
 from .._engine.connection import Connection
 from .._engine.record import StreamRecord
+from ._util import OneTaskLot
 from .errors import ConnectionLost, Lifecycle
 from .writer import Writer
 
@@ -53,7 +54,7 @@ class ReaderThrottle:
         #: Seconds the reader spent paused, not counting a pause still going on.
         self.blocked_seconds = 0.0
         self._blocked_since: float | None = None
-        self._drain_lot = trio.lowlevel.ParkingLot()
+        self._drain_lot = OneTaskLot()  # the reader's
 
     def blocked_for(self) -> float:
         """Seconds the reader spent paused, a pause still going on included."""
@@ -63,12 +64,12 @@ class ReaderThrottle:
 
     def recheck(self) -> None:
         """Something a paused reader waits for may have changed: let it look again."""
-        if self.blocked and self._drain_lot:
-            self._drain_lot.unpark_all()
+        if self.blocked:
+            self._drain_lot.unpark()
 
     def wake(self) -> None:
         """Wake a paused reader whatever changed (the connection ended)."""
-        self._drain_lot.unpark_all()
+        self._drain_lot.unpark()
 
     def should_pause(self) -> bool:
         outbox = self._outbox

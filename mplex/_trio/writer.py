@@ -62,7 +62,7 @@ import trio
 from .._engine.connection import Connection
 from .._engine.record import StreamRecord
 from .._engine.wire import frame_prefix
-from ._util import FrameTracer, protected, wait_for_idle
+from ._util import FrameTracer, OneTaskLot, protected, wait_for_idle
 from .transport import Transport
 
 __all__ = ["CONTROL_WAIT", "FLUSH_AT", "QUIET", "Writer"]
@@ -112,10 +112,11 @@ class Writer:
         self.writing = False
         #: ``time.perf_counter()`` of the last write to the transport.
         self.last_write = 0.0
-        self._lot = trio.lowlevel.ParkingLot()
+        self._lot = OneTaskLot()
         self._parked = False
         self._idle_scope: trio.CancelScope | None = None
-        self._room_lot = trio.lowlevel.ParkingLot()
+        # Made when the first sender waits: most connections never have one.
+        self._room_lot: trio.lowlevel.ParkingLot | None = None
         # Senders parked in _room_lot (counted here: the lot's own __bool__ is a call,
         # and wake_senders runs on every change of a stream's state).
         self._room_waiters = 0
@@ -162,7 +163,7 @@ class Writer:
         self._parked = False
         self._owed = not settle
         self.wake_at = NEVER
-        self._lot.unpark_all()
+        self._lot.unpark()
 
     def send_owed(self) -> None:
         """The calling task is done with what it queued for now: it ended a stream's
@@ -219,6 +220,8 @@ class Writer:
     async def wait_for_room(self) -> None:
         """Wait until the writer has sent something, or ``wake_senders`` is called
         (the caller looks at its situation again)."""
+        if self._room_lot is None:
+            self._room_lot = trio.lowlevel.ParkingLot()
         self._room_waiters += 1
         try:
             await self._room_lot.park()
@@ -233,6 +236,7 @@ class Writer:
     def wake_senders(self) -> None:
         """Let every waiting sender look at its situation again."""
         if self._room_waiters:
+            assert self._room_lot is not None  # made by the first waiter
             self._room_lot.unpark_all()
 
     def drop_queued(self) -> None:
@@ -243,8 +247,8 @@ class Writer:
 
     def stop(self) -> None:
         """Nothing more will be sent: wake the writer and every sender."""
-        self._lot.unpark_all()
-        self._room_lot.unpark_all()
+        self._lot.unpark()
+        self.wake_senders()
 
     # -- large sends from the caller's buffer ---------------------------------------------
 

@@ -8,6 +8,8 @@ from typing import Any
 
 import trio
 
+from .._util import OneTaskLot
+
 __all__ = ["READ_SIZE", "Transport"]
 
 #: Bytes requested per transport read.  Large enough that thousands of small frames
@@ -45,7 +47,7 @@ class Transport:
         #: when there was nothing, or the reader was moved aside (it looks again).  An
         #: attribute, so that a transport can hand out the underlying call as it is.
         self.read: Callable[[], Awaitable[bytes | bytearray | None]] = self._read
-        self._reader_parked: trio.lowlevel.Task | None = None
+        self._reader_lot = OneTaskLot()
 
     # -- reading ------------------------------------------------------------------------
 
@@ -100,22 +102,12 @@ class Transport:
 
     async def park_reader(self) -> None:
         """Park the reader task until the borrowing task gives the read turn back."""
-        self._reader_parked = trio.lowlevel.current_task()
-
-        def abort(_: object) -> trio.lowlevel.Abort:
-            self._reader_parked = None
-            return trio.lowlevel.Abort.SUCCEEDED
-
-        await trio.lowlevel.wait_task_rescheduled(abort)
+        await self._reader_lot.park()
 
     def give_turn_back(self) -> None:
         """The borrowing task is done with the read turn: the reader task takes over."""
         self.borrower = None
-        if self._reader_parked is not None:
-            # Not a ParkingLot: this wake-up is on the path from a received request to
-            # its reply, and rescheduling the one task costs less.
-            trio.lowlevel.reschedule(self._reader_parked)
-            self._reader_parked = None
+        self._reader_lot.unpark()
 
     async def after_lending(self, flush_delay: float) -> None:
         """What the reader does when the turn comes back, before it reads again."""
