@@ -21,6 +21,7 @@ from .._engine.multistream import NegotiationError
 from .._engine.wire import PROTOCOL_ID
 from ._util import (
     ConnectionLog,
+    OneTaskLot,
     checked_config,
     checked_handler,
     logger,
@@ -170,7 +171,7 @@ class _Connection:
         #: handler's task.  A count and a lot of our own, not a ``trio.Semaphore``:
         #: its methods and properties are calls of their own, twice per stream.
         self.free_slots = max(1, muxer.config.max_inbound_streams)
-        self._slot_lot = trio.lowlevel.ParkingLot()
+        self._slot_lot = OneTaskLot()  # the accept loop's
         self._waiting_for_slot = False
         self.running = 0  # handlers running now
         self.errors_logged = 0
@@ -206,7 +207,7 @@ class _Connection:
         """A handler slot is free again."""
         self.free_slots += 1
         if self._waiting_for_slot:
-            self._slot_lot.unpark_all()
+            self._slot_lot.unpark()
 
     @unprotected  # the program's handler, called from the handler tasks' protected code
     async def serve_stream(self, handler: StreamHandler, stream: MplexStream) -> None:
