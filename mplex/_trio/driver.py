@@ -25,12 +25,12 @@ import trio
 
 from .._engine.config import Config
 from .._engine.connection import Connection, Notice
-from .._engine.record import Broken, StreamRecord
-from .._engine.states import ConnectionState, Direction
+from .._engine.record import StreamRecord
+from .._engine.states import ConnectionState
 from .._engine.stats import MuxerStats
 from .._engine.unread import prime_allocator
 from ._util import ConnectionLog, FrameTracer, connection_label, describe, explain, root_cause
-from .errors import ConnectionLost, Ending, EndReason, Lifecycle, MuxerClosed, StreamReset, copy_for_stream
+from .errors import ConnectionLost, Ending, EndReason, Lifecycle, MuxerClosed
 from .reader import Reader
 from .stream import MplexStream
 from .throttle import ReaderThrottle
@@ -42,7 +42,6 @@ __all__ = ["Driver"]
 _CLOSED = ConnectionState.CLOSED
 #: Ends logged at DEBUG; the others (a failed transport, a broken protocol) at INFO.
 _ORDINARY_ENDS = frozenset({EndReason.PEER_CLOSED, EndReason.CLOSED})
-_SENT_CLOSE, _SENT_EOF = Direction.CLOSED, Direction.ENDED
 _CHANGED, _ARRIVED, _SLOT_FREED = Notice.CHANGED, Notice.ARRIVED, Notice.SLOT_FREED
 _CONTROL, _RELEASED = Notice.CONTROL, Notice.RELEASED
 
@@ -169,41 +168,10 @@ class Driver:
         self._changed_here(record)
 
     def send_error(self, record: StreamRecord) -> BaseException:
-        # Local reasons win: sending after our own close or EOF is the caller's
-        # mistake (trio's ClosedResourceError) even if the peer reset since.
-        if record.sending is _SENT_CLOSE:
-            return trio.ClosedResourceError("this stream was closed")
-        if record.sending is _SENT_EOF:
-            return trio.ClosedResourceError("send_eof() was called on this stream")
-        if record.broken is not None:
-            return self.receive_error(record)
-        send_error = self.life.send_error
-        if isinstance(send_error, ConnectionLost | MuxerClosed):
-            self.life.reported = True
-            return copy_for_stream(send_error, record.id)
-        return trio.ClosedResourceError("send_eof() was called on this stream")
+        return self.life.send_error_for(record)
 
     def receive_error(self, record: StreamRecord) -> BaseException:
-        if record.broken is Broken.PEER_RESET:
-            if record.is_initiator and not record.last_delivery:  # before it sent anything
-                return StreamReset(
-                    f"stream {record.id} was reset by the peer before it sent anything (refused: "
-                    "more streams than the peer allows open at once?)",
-                    stream_id=record.id,
-                    by_peer=True,
-                    refused=True,
-                )
-            return StreamReset(f"stream {record.id} was reset by the peer", stream_id=record.id, by_peer=True)
-        if record.broken is Broken.POLICY_RESET:
-            return StreamReset(
-                f"stream {record.id} was reset by the slow-reader policy: its unread data went "
-                "over Config.max_stream_buffer or max_connection_buffer",
-                stream_id=record.id,
-                by_peer=False,
-            )
-        error = self.life.error
-        self.life.reported = True
-        return copy_for_stream(error, record.id)
+        return self.life.receive_error_for(record)
 
     # -- what the program asks ----------------------------------------------------------------
 

@@ -35,7 +35,8 @@ from typing import NoReturn
 import trio
 
 from .._engine.errors import MplexError
-from .._engine.states import ConnectionState
+from .._engine.record import Broken, StreamRecord
+from .._engine.states import ConnectionState, Direction
 
 __all__ = [
     "ConnectionLost",
@@ -131,7 +132,7 @@ _RUNNING = ConnectionState.OK
 
 
 class Lifecycle:
-    """The end-state of one connection."""
+    """The end-state of one connection, and the error each stream gets from it."""
 
     __slots__ = ("error", "lost_data", "reported", "running", "send_error", "state", "write_failure")
 
@@ -195,6 +196,44 @@ class Lifecycle:
         self.running = False
         self.error = error
         return True
+
+    def send_error_for(self, record: StreamRecord) -> BaseException:
+        """Why ``record`` cannot send (``send_all`` raises it)."""
+        # Local reasons win: sending after our own close or EOF is the caller's
+        # mistake (trio's ClosedResourceError) even if the peer reset since.
+        if record.sending is Direction.CLOSED:
+            return trio.ClosedResourceError("this stream was closed")
+        if record.sending is Direction.ENDED:
+            return trio.ClosedResourceError("send_eof() was called on this stream")
+        if record.broken is not None:
+            return self.receive_error_for(record)
+        send_error = self.send_error
+        if isinstance(send_error, ConnectionLost | MuxerClosed):
+            self.reported = True
+            return copy_for_stream(send_error, record.id)
+        return trio.ClosedResourceError("send_eof() was called on this stream")
+
+    def receive_error_for(self, record: StreamRecord) -> BaseException:
+        """Why ``record`` broke (``receive_some`` raises it after its data)."""
+        if record.broken is Broken.PEER_RESET:
+            if record.is_initiator and not record.last_delivery:  # before it sent anything
+                return StreamReset(
+                    f"stream {record.id} was reset by the peer before it sent anything (refused: "
+                    "more streams than the peer allows open at once?)",
+                    stream_id=record.id,
+                    by_peer=True,
+                    refused=True,
+                )
+            return StreamReset(f"stream {record.id} was reset by the peer", stream_id=record.id, by_peer=True)
+        if record.broken is Broken.POLICY_RESET:
+            return StreamReset(
+                f"stream {record.id} was reset by the slow-reader policy: its unread data went "
+                "over Config.max_stream_buffer or max_connection_buffer",
+                stream_id=record.id,
+                by_peer=False,
+            )
+        self.reported = True
+        return copy_for_stream(self.error, record.id)
 
     def closed_after_break(self) -> bool:
         """Closing a broken connection makes it ``CLOSED``; True if it was broken."""
