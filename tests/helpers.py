@@ -267,8 +267,7 @@ async def settle() -> None:
 
 class TaskSteps(trio.abc.Instrument):
     """Counts the scheduler steps of one of a muxer's tasks, found by its documented
-    name: ``mplex connection <name>`` (the reader's: ``open_muxer`` and
-    ``serve_connection`` name it) or ``mplex writer <name>``."""
+    name (``mplex reader <name>`` or ``mplex writer <name>``)."""
 
     def __init__(self, muxer: mplex.Muxer, task: str) -> None:
         self.name = f"mplex {task} {muxer.name}"

@@ -96,7 +96,7 @@ async def test_the_waiting_receiver_is_woken_by_the_transport_not_by_the_reader_
 ) -> None:
     async with muxer_with_raw_peer(transport) as (muxer, peer):
         stream = await peer_opened_stream(muxer, peer, 0)
-        steps = TaskSteps(muxer, "connection")
+        steps = TaskSteps(muxer, "reader")
         got = []
 
         async def receive() -> None:

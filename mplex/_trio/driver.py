@@ -241,8 +241,7 @@ class Driver:
     # -- running and ending -----------------------------------------------------------------------
 
     async def run(self, task_status: trio.TaskStatus[None]) -> None:
-        """The reader (in this task) and the writer task until the connection ends; see
-        ``Muxer.run``."""
+        """The reader and writer tasks until the connection ends; see ``Muxer.run``."""
         if self.config.prime_allocator:
             prime_allocator()
         try:
@@ -251,12 +250,9 @@ class Driver:
             async with trio.open_nursery() as nursery:
                 self._run_scope = nursery.cancel_scope
                 if self.life.running:
+                    nursery.start_soon(self.reader.run, self, name=f"mplex reader {self.name}")
                     nursery.start_soon(self.writer.run, self._write_failed, name=f"mplex writer {self.name}")
                 task_status.started()
-                if self.life.running:
-                    # The reader runs in this task: a task of its own would cost each
-                    # connection a parked task's memory while this one only waited.
-                    await self.reader.run(self)
         finally:
             self.end(MuxerClosed("the muxer's run() was cancelled"), None, final_state=_CLOSED)
             try:

@@ -12,10 +12,9 @@ The library is in two layers (``docs/design.md`` draws them):
   the layer above must act on comes out of ``take_notice``.  It never imports trio.
 * The **trio layer** (``mplex/_trio/``) moves bytes and wakes tasks.  The ``Driver``
   (``driver``) runs the protocol over a ``Transport`` (``transport/``: the socket
-  fast path or the generic path over any ``trio.abc.Stream``) with two loops: the
-  ``Reader`` (``reader``), the one loop that reads, in the task that runs
-  ``Muxer.run``, and the ``Writer`` (``writer``), the one that writes, with its flush
-  policy, in a task of its own.  ``ReaderThrottle`` (``throttle``)
+  fast path or the generic path over any ``trio.abc.Stream``) with two tasks: the
+  ``Reader`` (``reader``), the one loop that reads, and the ``Writer`` (``writer``),
+  the one that writes, with its flush policy.  ``ReaderThrottle`` (``throttle``)
   pauses the reader for slow readers.  Each ``MplexStream`` (``stream``) is a handle
   on a record that talks to its driver through ``StreamHost``.
 
@@ -60,10 +59,9 @@ class Muxer:
 
     Start it with ``await nursery.start(muxer.run)`` (or use ``open_muxer``), then
     ``open_stream()`` and ``accept_stream()``.  ``aclose()`` flushes what was queued
-    and closes the transport.  The task that runs ``run()`` reads the transport; it
-    starts one more, the writer, named ``mplex writer <name>`` (``name`` is the
-    connection's log label).  ``open_muxer`` and ``serve_connection`` name the first
-    ``mplex connection <name>``, for debuggers and trio instruments.
+    and closes the transport.  Its two tasks are named ``mplex reader <name>`` and
+    ``mplex writer <name>`` (``name`` is the connection's log label), for debuggers
+    and trio instruments.
     """
 
     def __init__(self, transport_stream: trio.abc.Stream, config: Config | None = None) -> None:
@@ -129,8 +127,7 @@ class Muxer:
 
     @protected
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Read the transport in this task, and write it from one more (the writer),
-        until the connection ends.
+        """Run the reader and writer until the connection ends.
 
         Use as ``await nursery.start(muxer.run)``.  Returns normally however the
         connection ends (peer EOF, transport error, protocol error, ``aclose()``):
@@ -311,7 +308,7 @@ async def _open_running(muxer: Muxer) -> AsyncIterator[Muxer]:
     with unwrapped() as unwrapping:
         async with trio.open_nursery() as nursery:
             try:
-                await nursery.start(muxer.run, name=f"mplex connection {muxer.name}")
+                await nursery.start(muxer.run)
             except ConnectionLost as exc:  # the handshake failed
                 # trio 0.27's start() re-raises it "from None": give it its cause back.
                 ended = muxer.end_error
