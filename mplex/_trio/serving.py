@@ -172,7 +172,6 @@ class _Connection:
         #: its methods and properties are calls of their own, twice per stream.
         self.free_slots = max(1, muxer.config.max_inbound_streams)
         self._slot_lot = OneTaskLot()  # the accept loop's
-        self._waiting_for_slot = False
         self.running = 0  # handlers running now
         self.errors_logged = 0
         self.errors_unlogged = 0
@@ -196,18 +195,13 @@ class _Connection:
         """Wait for a free handler slot, and take it (not a checkpoint by itself: the
         accept that follows is one)."""
         while not self.free_slots:
-            self._waiting_for_slot = True
-            try:
-                await self._slot_lot.park()
-            finally:
-                self._waiting_for_slot = False
+            await self._slot_lot.park()
         self.free_slots -= 1
 
     def give_back_slot(self) -> None:
         """A handler slot is free again."""
         self.free_slots += 1
-        if self._waiting_for_slot:
-            self._slot_lot.unpark()
+        self._slot_lot.unpark()  # nothing, unless the accept loop waits
 
     @unprotected  # the program's handler, called from the handler tasks' protected code
     async def serve_stream(self, handler: StreamHandler, stream: MplexStream) -> None:
