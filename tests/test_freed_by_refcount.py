@@ -5,6 +5,7 @@ held (the cyclic garbage collector is switched off for these tests)."""
 from __future__ import annotations
 
 import contextlib
+import socket
 import tracemalloc
 import weakref
 from collections.abc import Callable
@@ -18,7 +19,17 @@ import mplex
 from mplex import Flag
 from tests.helpers import RawPeer, frame, no_cyclic_gc, over_every_transport, read_all, settle
 
-ENDINGS = ["aclose", "cancelled run", "peer hang-up", "protocol error"]
+ENDINGS = ["aclose", "cancelled run", "peer hang-up", "protocol error", "failed write"]
+
+
+def fail_writes(transport: trio.abc.Stream) -> None:
+    """From now on, writes to ``transport`` fail, and reads from it go on."""
+    if isinstance(transport, trio.StapledStream):
+        transport.send_stream.close()  # type: ignore[attr-defined]
+    elif isinstance(transport, trio.SocketStream):
+        transport.socket.shutdown(socket.SHUT_WR)
+    else:
+        fail_writes(getattr(transport, "transport_stream", None) or transport.inner)  # type: ignore[attr-defined]
 
 
 async def ended_connection(transport: Callable[[], Any], ending: str, unread: int) -> list[weakref.ref[Any]]:
@@ -44,12 +55,20 @@ async def ended_connection(transport: Callable[[], Any], ending: str, unread: in
                 await muxer.aclose()
             elif ending == "cancelled run":
                 nursery.cancel_scope.cancel()
+            elif ending == "failed write":
+                fail_writes(a)
+                await outbound.send_all(b"lost")  # fails in the writer, or in this task
+                await trio.testing.wait_all_tasks_blocked()
+                await b.aclose()
             elif ending == "peer hang-up":
                 await b.aclose()
             else:
                 await peer.send(b"\x07\x00")  # flag 7: no such frame
         assert muxer.closed and inbound.unread_bytes == unread  # still readable
-        return [weakref.ref(muxer), weakref.ref(outbound), weakref.ref(inbound)]
+        if ending == "failed write":
+            assert muxer.end_reason is mplex.EndReason.TRANSPORT_FAILED
+        # The error it ended with too: whatever of the connection outlived it holds it.
+        return [weakref.ref(muxer), weakref.ref(outbound), weakref.ref(inbound), weakref.ref(muxer.end_error)]
 
 
 @over_every_transport
@@ -64,7 +83,7 @@ async def test_an_ended_connection_is_freed_by_reference_counting(
         # CPython 3.12 and later with their callers) reach ended_connection's.  One
         # checkpoint lets it go; nothing of the connection may outlive that.
         await trio.lowlevel.checkpoint()
-        assert [ref() for ref in refs] == [None, None, None]
+        assert [ref() for ref in refs] == [None, None, None, None]
 
 
 @over_every_transport

@@ -171,6 +171,25 @@ def unprotected(function: F) -> F:
     return disable_ki_protection(function)
 
 
+def drop_tracebacks(*errors: BaseException | None) -> None:
+    """Drop the tracebacks of ``errors`` and of their causes and contexts.
+
+    A traceback holds its frames, their locals, and (on CPython, once a frame has
+    finished) each frame's caller: the reader, the writer, a receiving task, and so
+    this connection.  A frame that holds the exception it raised (``contextlib``'s
+    do) makes that a cycle, which reference counting alone never frees; clearing
+    the frames instead is not safe, as it would close a suspended coroutine in
+    them.  The exceptions themselves, their messages and their chains stay.
+    """
+    pending, seen = list(errors), set()
+    while pending:
+        error = pending.pop()
+        if error is not None and id(error) not in seen:
+            seen.add(id(error))
+            error.__traceback__ = None
+            pending += (error.__cause__, error.__context__)
+
+
 logger = logging.getLogger("mplex")
 
 _connection_numbers = itertools.count(1)

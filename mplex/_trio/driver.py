@@ -1,23 +1,24 @@
 """One mplex connection driven over a trio stream: ``Driver``, the host of its streams.
 
-The driver runs the sans-IO protocol ``Connection`` over a ``Transport`` with two
-tasks, the ``Reader`` and the ``Writer``, and does the waiting the protocol cannot:
-tasks waiting for room in the outbox, for a stream slot, for the peer's next stream,
-or in ``receive_some``.  After every protocol call it acts on the notice the
-protocol hands back (``settle``): it wakes the receivers it names, the senders, the
-acceptors and the tasks waiting for a slot, and tells the writer about control frames.
+The driver runs the sans-IO protocol ``Connection`` over a ``Transport`` with the
+``Reader`` (a task of its own) and the ``Writer`` (in the task that runs it), and
+does the waiting the protocol cannot: tasks waiting for room in the outbox, for a
+stream slot, for the peer's next stream, or in ``receive_some``.  After every
+protocol call it acts on the notice the protocol hands back (``settle``): it wakes
+the receivers it names, the senders, the acceptors and the tasks waiting for a slot,
+and tells the writer about control frames.
 
 Its objects refer to each other in one direction only: the driver holds the protocol,
 the transport, the reader, the writer and the throttle; none of them holds the driver
-(the reader's and writer's tasks get it as an argument, and streams hold it as their
-``StreamHost``).  So when a connection ends and the program drops it and its streams,
+(the reader and the writer get it as an argument, and streams hold it as their
+``StreamHost``), and the errors it records drop their tracebacks once it has ended
+(``finished``).  So when a connection ends and the program drops it and its streams,
 reference counting alone frees them.
 """
 
 from __future__ import annotations
 
 import logging
-import traceback
 from collections.abc import Callable
 from typing import Any
 
@@ -29,7 +30,15 @@ from .._engine.record import StreamRecord
 from .._engine.states import ConnectionState
 from .._engine.stats import MuxerStats
 from .._engine.unread import prime_allocator
-from ._util import ConnectionLog, FrameTracer, connection_label, describe, explain, root_cause
+from ._util import (
+    ConnectionLog,
+    FrameTracer,
+    connection_label,
+    describe,
+    drop_tracebacks,
+    explain,
+    root_cause,
+)
 from .errors import ConnectionLost, Ending, EndReason, Lifecycle, MuxerClosed
 from .reader import Reader
 from .stream import MplexStream
@@ -241,7 +250,8 @@ class Driver:
     # -- running and ending -----------------------------------------------------------------------
 
     async def run(self, task_status: trio.TaskStatus[None]) -> None:
-        """The reader and writer tasks until the connection ends; see ``Muxer.run``."""
+        """The reader (a task of its own) and the writer (in this task) until the
+        connection ends; see ``Muxer.run``."""
         if self.config.prime_allocator:
             prime_allocator()
         try:
@@ -251,8 +261,9 @@ class Driver:
                 self._run_scope = nursery.cancel_scope
                 if self.life.running:
                     nursery.start_soon(self.reader.run, self, name=f"mplex reader {self.name}")
-                    nursery.start_soon(self.writer.run, self._write_failed, name=f"mplex writer {self.name}")
                 task_status.started()
+                if self.life.running:
+                    await self.writer.run(self._write_failed)
         finally:
             self.end(MuxerClosed("the muxer's run() was cancelled"), None, final_state=_CLOSED)
             try:
@@ -336,21 +347,18 @@ class Driver:
         try:
             await trio.aclose_forcefully(self.transport_stream)
         except Exception as exc:  # any transport's aclose(): the connection is gone anyway
+            drop_tracebacks(exc)
             self.log.debug("closing the transport failed: %r", exc)
             error = self.life.error
             if error is not None and error.__context__ is None:
                 error.__context__ = exc
 
     def finished(self) -> None:
-        """The tasks are done: a recorded error's cause or context carries a traceback
-        whose frames (ours, finished) hold this connection; keep the traceback, drop
-        the locals, so nothing keeps the connection alive but the program."""
+        """The tasks are done: nothing but the program may keep the connection alive,
+        so the recorded errors drop their tracebacks (``drop_tracebacks``); their
+        messages and causes stay."""
         self._run_scope = None
-        error = self.life.error
-        for linked in (error.__cause__, error.__context__) if error is not None else ():
-            while linked is not None:
-                traceback.clear_frames(linked.__traceback__)
-                linked = linked.__cause__ or linked.__context__
+        drop_tracebacks(self.life.error, self.life.write_failure)
 
     def stats(self) -> MuxerStats:
         """A snapshot of the counters and gauges."""

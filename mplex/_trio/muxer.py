@@ -59,9 +59,10 @@ class Muxer:
 
     Start it with ``await nursery.start(muxer.run)`` (or use ``open_muxer``), then
     ``open_stream()`` and ``accept_stream()``.  ``aclose()`` flushes what was queued
-    and closes the transport.  Its two tasks are named ``mplex reader <name>`` and
-    ``mplex writer <name>`` (``name`` is the connection's log label), for debuggers
-    and trio instruments.
+    and closes the transport.  The reader is a task of its own, named ``mplex reader
+    <name>`` (``name`` is the connection's log label); the writer runs in the task
+    that runs ``run()``, which ``open_muxer`` and ``serve_connection`` name ``mplex
+    <name>``: for debuggers and trio instruments.
     """
 
     def __init__(self, transport_stream: trio.abc.Stream, config: Config | None = None) -> None:
@@ -308,7 +309,7 @@ async def _open_running(muxer: Muxer) -> AsyncIterator[Muxer]:
     with unwrapped() as unwrapping:
         async with trio.open_nursery() as nursery:
             try:
-                await nursery.start(muxer.run)
+                await nursery.start(muxer.run, name=f"mplex {muxer.name}")
             except ConnectionLost as exc:  # the handshake failed
                 # trio 0.27's start() re-raises it "from None": give it its cause back.
                 ended = muxer.end_error

@@ -25,7 +25,7 @@ import trio
 from .._engine.connection import Connection
 from .._engine.errors import ProtocolError
 from .._engine.record import StreamRecord
-from ._util import protected
+from ._util import drop_tracebacks, protected
 from .errors import ConnectionLost, EndReason, MuxerClosed
 from .throttle import ReaderHost, ReaderThrottle
 from .transport import Transport
@@ -242,6 +242,7 @@ class Reader:
             conn.end(ConnectionLost("the peer closed the connection", reason=EndReason.PEER_CLOSED), None)
 
     def _receive_failed(self, conn: ReaderHost, exc: BaseException) -> None:
+        drop_tracebacks(exc)
         if not self._ended_by_failed_write(conn):
             conn.end(ConnectionLost("the transport failed while receiving"), exc)
 

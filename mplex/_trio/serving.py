@@ -117,7 +117,7 @@ async def _serve_connection(
     connection = _Connection(muxer, unwrapping)
     async with trio.open_nursery() as nursery:
         try:
-            await nursery.start(muxer.run)
+            await nursery.start(muxer.run, name=f"mplex {muxer.name}")
         except ConnectionLost:  # the TLS handshake failed: the muxer logged why
             return muxer
         if idle_timeout is not None:

@@ -1,4 +1,7 @@
-"""The connection's writes: the writer task, and when what was queued leaves.
+"""The connection's writes: the writer, and when what was queued leaves.
+
+The writer runs in the task that runs ``Muxer.run`` (a task of its own would cost
+every connection a task's memory for nothing while idle).
 
 Streams append whole frames to the protocol's ``Outbox``; the writer takes everything
 queued in one piece and writes it with one transport write.  It is the only task that
@@ -90,7 +93,7 @@ _DIRECT_BATCH = 1024 * 1024
 
 
 class Writer:
-    """The send side of one connection; ``run()`` is the writer task."""
+    """The send side of one connection; ``run()`` is the writer's loop."""
 
     def __init__(
         self, protocol: Connection, transport: Transport, max_flush_delay: float, trace: FrameTracer

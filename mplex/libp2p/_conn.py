@@ -88,7 +88,7 @@ class MplexMuxedConn(IMuxedConn):
             return
         try:
             async with trio.open_nursery() as nursery:
-                await nursery.start(self.muxer.run)
+                await nursery.start(self.muxer.run, name=f"mplex {self.muxer.name}")
                 self.event_started.set()
         except trio.Cancelled:
             with trio.CancelScope(shield=True), trio.move_on_after(_ON_CLOSE_GRACE):
