@@ -17,7 +17,7 @@ class Run:
     """One way of running a case: an implementation and its arguments."""
 
     label: str
-    impl: str  # mplex, raw, floor, memory, checkpoint, js, pylibp2p, or host-*: see host_command
+    impl: str  # mplex, raw, floor, floor-api, memory, checkpoint, js, pylibp2p, or host-*: see host_command
     args: dict[str, Any]
     metric: str = "seconds"  # which client field the case reports
     #: A baseline known not to complete the case: after this many seconds its row says

@@ -17,6 +17,8 @@ RAW_TLS = "raw trio SSLStream, a connection per loop"
 JS = "js-libp2p mplex"
 #: What any mplex on trio must at least do (``mplex._bench.many_peer``).
 FLOOR = "mplex floor: a task per connection, frames by hand"
+#: The same, with the checkpoints trio's stream API adds (``many_peer.API_CHECKPOINTS``).
+FLOOR_API = "mplex floor with a checkpoint per stream call"
 #: The connection counts of the request loops (over TLS, the first two).
 LOOPS = (1, 100, 1000)
 #: The idle cases' connection counts.
@@ -47,7 +49,7 @@ def many_cases(quick: bool) -> list[Case]:
                 for run in runs:
                     run.args = {**args, "tls": 1}
             else:
-                runs.append(Run(JS, "js", args))
+                runs += [Run(FLOOR_API, "floor-api", args), Run(JS, "js", args)]
             found.append(
                 Case(
                     loops_name(conns, tls),

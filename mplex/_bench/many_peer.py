@@ -3,7 +3,8 @@
 The client opens ``conns`` TCP connections (TLS 1.3 over each with ``--tls 1``): for
 ``mplex``, a muxer on each; for ``raw``, plain trio streams.  Every connection starts
 with one marker byte the server's dispatcher reads before anything else: ``M`` (an
-mplex connection follows), ``F`` (the floor's mplex), ``R`` (a raw connection, served
+mplex connection follows), ``F`` (the floor's mplex), ``A`` (the ``floor-api``
+impl's), ``R`` (a raw connection, served
 as one echo stream), ``T`` (how many tasks the server holds) or ``Q`` (the run is
 over: the server exits).
 
@@ -11,7 +12,9 @@ The ``floor`` impl is what any mplex on trio must at least do, and nothing more:
 task per connection on each side, speaking mplex frames by hand.  A request is one
 write of NewStream, Message and Close; the server answers each Close with one write of
 its Message and Close.  No muxer can be cheaper on trio: it adds concurrent streams,
-limits and a reader task of its own.
+limits and a reader task of its own.  The ``floor-api`` impl adds the scheduler
+passes of a trio-style stream API (``API_CHECKPOINTS``): the least any mplex offering
+trio's stream API can do.
 
 * ``conns`` case: one loop of requests per connection.  An mplex request is a stream
   of its own: open, 33 B (the server's echo mode byte and 32 B), ``send_eof``, the
@@ -53,6 +56,14 @@ from .channel import (
 )
 from .server import MANY_STREAMS, serve_stream, serve_stream_modes
 
+#: The ``floor-api`` impl: the floor, and the scheduler passes trio's conventions add to a
+#: request through a stream API like trio's, where every async call is a checkpoint.  A
+#: client's request makes six calls (``open_stream``, ``send_all``, ``send_eof``, two
+#: ``receive_some``, ``aclose``), of which the floor already yields in two (its write
+#: and its read).  A server's handler is a task of its own, woken by the connection's
+#: reader (a pass), and makes four calls, of which its write yields already and its
+#: first read is the wake-up: ``receive_some`` to EOF and ``aclose`` are two more.
+API_CHECKPOINTS = {"client": 4, "server": 3}
 #: What one request carries (after the echo mode byte) and gets back.
 REQUEST = b"q" * 32
 #: Connections set up at once (a burst of thousands would overflow the listen backlog).
@@ -104,6 +115,8 @@ async def serve_many(impl: str, tls: bool, fast_path: bool) -> None:
                 await serve_stream(conn)
             elif marker == b"F":
                 await serve_floor(conn)
+            elif marker == b"A":
+                await serve_floor(conn, API_CHECKPOINTS["server"])
             elif marker == b"T":  # how much is held now: asked while the connections idle
                 held = {"tasks": count_tasks() - base_tasks - 1}  # less this handler's own
                 await conn.send_all(json.dumps(held).encode())
@@ -142,9 +155,10 @@ def parse_frames(buffer: bytearray) -> tuple[list[tuple[int, int, bytes]], int]:
         pos = at + size
 
 
-async def serve_floor(conn: trio.abc.Stream) -> None:
+async def serve_floor(conn: trio.abc.Stream, checkpoints: int = 0) -> None:
     """The floor's server: echo each stream's request (less its mode byte) when its
-    Close arrives, Message and Close in one write."""
+    Close arrives, Message and Close in one write, after ``checkpoints`` checkpoints
+    (``API_CHECKPOINTS``)."""
     prefix = mplex.Encoder().prefix
     bodies: dict[int, bytes] = {}
     buffer = bytearray()
@@ -156,6 +170,8 @@ async def serve_floor(conn: trio.abc.Stream) -> None:
             if flag == mplex.Flag.MESSAGE_INITIATOR:
                 bodies[stream_id] = bodies.get(stream_id, b"") + body
             elif flag == mplex.Flag.CLOSE_INITIATOR:
+                for _ in range(checkpoints):
+                    await trio.lowlevel.checkpoint()
                 reply = bodies.pop(stream_id, b"")[1:]
                 await conn.send_all(
                     prefix(stream_id, mplex.Flag.MESSAGE_RECEIVER, len(reply))
@@ -165,10 +181,12 @@ async def serve_floor(conn: trio.abc.Stream) -> None:
 
 
 class FloorConnection:
-    """The floor's client: one connection, one request at a time."""
+    """The floor's client: one connection, one request at a time, each after
+    ``checkpoints`` checkpoints (``API_CHECKPOINTS``)."""
 
-    def __init__(self, conn: trio.abc.Stream) -> None:
+    def __init__(self, conn: trio.abc.Stream, checkpoints: int = 0) -> None:
         self.conn = conn
+        self.checkpoints = checkpoints
         self.next_id = 0
         self.buffer = bytearray()
         self.prefix = mplex.Encoder().prefix
@@ -176,6 +194,8 @@ class FloorConnection:
     async def request(self) -> None:
         stream_id, prefix, flag = self.next_id, self.prefix, mplex.Flag
         self.next_id += 1
+        for _ in range(self.checkpoints):
+            await trio.lowlevel.checkpoint()
         body = b"E" + REQUEST
         await self.conn.send_all(
             prefix(stream_id, flag.NEW_STREAM, 0)
@@ -234,6 +254,8 @@ class Connections:
                     opened[index] = muxer
                 elif self.impl == "floor":
                     opened[index] = FloorConnection(await self.connect(b"F"))
+                elif self.impl == "floor-api":
+                    opened[index] = FloorConnection(await self.connect(b"A"), API_CHECKPOINTS["client"])
                 else:
                     conn = await self.connect(b"R")
                     await conn.send_all(b"E")
@@ -271,6 +293,7 @@ async def case_conns(args: argparse.Namespace) -> dict[str, Any]:
     requests: dict[str, Callable[[Any], Awaitable[None]]] = {
         "mplex": mplex_request,
         "floor": FloorConnection.request,
+        "floor-api": FloorConnection.request,
     }
     request = requests.get(args.impl, raw_request)
     times: list[float] = []

@@ -325,7 +325,7 @@ async def _serve_all(muxer: mplex.Muxer) -> None:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m mplex._bench.peer")
     parser.add_argument("role", choices=["server", "client", "memory"])
-    parser.add_argument("--impl", choices=["mplex", "raw", "floor"], default="mplex")
+    parser.add_argument("--impl", choices=["mplex", "raw", "floor", "floor-api"], default="mplex")
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--case", choices=sorted([*CASES, *many_peer.CASES]), default="small")
     parser.add_argument("--api", choices=["nowait", "sendall"], default="sendall")
