@@ -44,12 +44,13 @@ def many_cases(quick: bool) -> list[Case]:
                 Run("mplex", "mplex", args),
                 Run(RAW_TLS if tls else RAW, "raw", args),
                 Run(FLOOR, "floor", args),
+                Run(FLOOR_API, "floor-api", args),
             ]
             if tls:
                 for run in runs:
                     run.args = {**args, "tls": 1}
             else:
-                runs += [Run(FLOOR_API, "floor-api", args), Run(JS, "js", args)]
+                runs.append(Run(JS, "js", args))
             found.append(
                 Case(
                     loops_name(conns, tls),
