@@ -151,12 +151,26 @@ def tls_transport() -> contextlib.AbstractAsyncContextManager[tuple[trio.abc.Str
     return _closing_pair(tls_streams)
 
 
+async def generic_tls_streams() -> tuple[trio.SSLStream[trio.abc.Stream], trio.SSLStream[trio.abc.Stream]]:
+    """TLS over loopback TCP that the muxer reaches only through ``trio.SSLStream``'s
+    own methods (its socket hidden in a ``PlainStream``): the generic path."""
+    a, b = await tcp_streams()
+    return await tls_over(PlainStream(a), PlainStream(b))
+
+
+def tls_generic_transport() -> contextlib.AbstractAsyncContextManager[
+    tuple[trio.abc.Stream, trio.abc.Stream]
+]:
+    return _closing_pair(generic_tls_streams)
+
+
 #: Every transport the behaviour tests claim: name -> a context manager of both ends.
 TRANSPORTS: dict[str, Callable[[], Any]] = {
     "memory": memory_transport,
     "tcp": tcp_transport,
     "tcp-generic": tcp_generic_transport,
     "tls": tls_transport,
+    "tls-generic": tls_generic_transport,
 }
 #: ``@over_every_transport`` parametrizes a test's ``transport`` argument over TRANSPORTS.
 over_every_transport = pytest.mark.parametrize("transport", list(TRANSPORTS.values()), ids=list(TRANSPORTS))

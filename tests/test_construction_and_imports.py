@@ -49,8 +49,13 @@ class TestTheFastPathIsAConstructionChoice:
                 muxer = mplex.Muxer(a, mplex.Config(socket_fast_path=fast))
                 assert muxer.uses_socket_fast_path is expected
 
+    async def test_tls_over_a_socket_stream_takes_the_fast_path_unless_switched_off(self) -> None:
+        for fast in (True, False):
+            async with TRANSPORTS["tls"]() as (a, _b):
+                assert mplex.Muxer(a, mplex.Config(socket_fast_path=fast)).uses_socket_fast_path is fast
+
     async def test_every_other_transport_takes_the_generic_path(self) -> None:
-        for name in ("memory", "tcp-generic", "tls"):
+        for name in ("memory", "tcp-generic", "tls-generic"):
             async with TRANSPORTS[name]() as (a, _b):
                 assert mplex.Muxer(a).uses_socket_fast_path is False, name
 

@@ -48,6 +48,13 @@ async def tls_with_room() -> Any:
 
 
 @contextlib.asynccontextmanager
+async def generic_tls_with_room() -> Any:
+    """TLS over sockets the muxer reaches only through ``trio.SSLStream``'s methods."""
+    async with sockets_with_room() as (a, b):
+        yield await tls_over(PlainStream(a), PlainStream(b))
+
+
+@contextlib.asynccontextmanager
 async def hung_up_after_sending(
     transport: Callable[[], Any], payload: bytes
 ) -> AsyncIterator[tuple[mplex.Muxer, mplex.MplexStream]]:
@@ -80,8 +87,8 @@ class TestAFailedWriteEndsOnlyTheSendSide:
 
     @pytest.mark.parametrize(
         "transport",
-        [memory_transport, sockets_with_room, generic_sockets_with_room],
-        ids=["memory", "tcp", "tcp-generic"],
+        [memory_transport, sockets_with_room, generic_sockets_with_room, tls_with_room],
+        ids=["memory", "tcp", "tcp-generic", "tls"],
     )
     async def test_what_the_peer_sent_before_hanging_up_is_delivered(
         self, transport: Callable[[], Any]
@@ -111,10 +118,12 @@ class TestAFailedWriteEndsOnlyTheSendSide:
                 pass
             assert server.end_reason is mplex.EndReason.TRANSPORT_FAILED
 
-    async def test_over_tls_what_the_transport_still_delivers_arrives_then_the_reason(self) -> None:
+    async def test_over_generic_tls_what_the_transport_still_delivers_arrives_then_the_reason(
+        self,
+    ) -> None:
         # trio's SSLStream breaks both directions on any failure, so less may arrive.
         payload = bytes(range(256)) * 2048
-        async with hung_up_after_sending(tls_with_room, payload) as (server, stream):
+        async with hung_up_after_sending(generic_tls_with_room, payload) as (server, stream):
             await reply_until_it_fails(stream)
             received = bytearray()
             with trio.fail_after(10), pytest.raises(mplex.ConnectionLost):

@@ -23,15 +23,17 @@ import mplex
 from mplex import Flag
 from tests.helpers import TRANSPORTS, RawPeer, TaskSteps, frame, read_all, tcp_streams
 
-#: Transports over which receiving tasks borrow the read turn: the socket path, and the
-#: generic path over trio's own plain streams (whose cancelled receive_some loses
-#: nothing).  Over TLS the turn is not lent (see mplex._trio.transport.generic).
+#: Transports over which receiving tasks borrow the read turn: the socket path (TLS over
+#: a socket too), and the generic path over trio's own plain streams (whose cancelled
+#: receive_some loses nothing).  Over TLS on the generic path the turn is not lent
+#: (see mplex._trio.transport.generic).
 LENDING = {
     "memory": ("memory", mplex.Config()),
     "tcp": ("tcp", mplex.Config()),
     "tcp-generic-path": ("tcp", mplex.Config(socket_fast_path=False)),
+    "tls": ("tls", mplex.Config()),
 }
-EVERY = {**LENDING, "tls": ("tls", mplex.Config())}
+EVERY = {**LENDING, "tls-generic-path": ("tls", mplex.Config(socket_fast_path=False))}
 over_lending_transports = pytest.mark.parametrize("transport", list(LENDING))
 over_every_transport = pytest.mark.parametrize("transport", list(EVERY))
 
@@ -311,8 +313,9 @@ async def test_while_any_stream_has_unread_data_receivers_leave_reading_to_the_r
         # tcp-generic wraps the socket in a stream of its own: nothing says that
         # cancelling its receive_some loses nothing, so nobody may be moved out of one.
         "tcp-generic",
-        # TLS: safe once the handshake is done, but lending does not pay there.
-        "tls",
+        # TLS through SSLStream's methods: safe once the handshake is done, but lending
+        # does not pay there.
+        "tls-generic-path",
     ],
 )
 async def test_where_the_turn_is_not_lent_the_reader_task_alone_reads(

@@ -48,7 +48,8 @@ class Config:
       (10 s; 1,000; 10,000; 10,000; 10,000); going over one closes the connection with
       a ``ProtocolError``.  Frames for finished streams count as ignored frames.
     * ``frames_per_yield``: frames the reader dispatches before it yields (1024).
-    * ``socket_fast_path``: drive a ``trio.SocketStream``'s descriptor directly (True).
+    * ``socket_fast_path``: drive a ``trio.SocketStream``'s descriptor directly, or
+      the one under a ``trio.SSLStream`` (True).
     * ``prime_allocator``: tune glibc's malloc for large buffers when the first muxer
       starts (True).
 
@@ -170,10 +171,12 @@ class Config:
     #: would wait for all of them.  (Adjacent Message frames of one stream count once.)
     frames_per_yield: int = 1024
 
-    #: Over a ``trio.SocketStream`` on POSIX, read and write the socket's descriptor
-    #: directly (``os.read``/``os.write``/``os.writev``, only ever non-blocking) instead
-    #: of through the stream's methods: one scheduler pass less per message.  False
-    #: runs the generic path that every other transport (TLS, noise, memory) runs.
+    #: Over a ``trio.SocketStream`` on POSIX, or a ``trio.SSLStream`` over one, read and
+    #: write the socket's descriptor directly (``os.read``/``os.write``/``os.writev``,
+    #: only ever non-blocking; TLS records through the stream's own ``ssl.SSLObject``
+    #: once it has done the handshake) instead of through the stream's methods: one
+    #: scheduler pass less per message.  False runs the generic path that every other
+    #: transport (noise, memory) runs.
     socket_fast_path: bool = True
 
     #: When the first muxer of the process starts, allocate and free one 2 MiB block:

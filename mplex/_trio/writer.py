@@ -104,6 +104,8 @@ class Writer:
         self._transport = transport
         #: True where a sending task may write on the writer's behalf.
         self.direct = transport.writes_without_waiting
+        # True where a large send may go from the caller's buffers (two a frame).
+        self._frames_direct = self.direct and transport.max_buffers >= 2
         self._trace = trace
         self._delay = max_flush_delay
         #: A sender that makes the outbox hold this many bytes calls ``queued`` (a
@@ -258,7 +260,7 @@ class Writer:
     def sends_directly(self) -> bool:
         """True if a large send may go to the kernel from the sending task at all: the
         transport allows it and the send side is open."""
-        return self.direct and self._protocol.may_send
+        return self._frames_direct and self._protocol.may_send
 
     def write_frames(self, record: StreamRecord, view: memoryview, pos: int) -> int | None:
         """Frames of ``view[pos:]`` for ``record`` to the kernel with one ``writev``, if
@@ -266,7 +268,7 @@ class Writer:
         how far in ``view`` they reach, or None.  The kernel takes whole frames and at
         most part of one more, whose rest is queued; if it takes nothing, the first
         frame is queued, so the caller always progresses."""
-        if not self.direct or self._outbox.buffer or self.writing or not self._protocol.may_send:
+        if not self._frames_direct or self._outbox.buffer or self.writing or not self._protocol.may_send:
             return None
         step = self._frame_size
         most = self._transport.max_buffers // 2  # two buffers a frame

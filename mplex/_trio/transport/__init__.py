@@ -1,10 +1,12 @@
-"""The wire under a connection: one interface (``Transport``), two implementations.
+"""The wire under a connection: one interface (``Transport``), three implementations.
 
-``GenericTransport`` (``generic``) drives any ``trio.abc.Stream`` (TLS, noise, memory,
-a socket with ``Config.socket_fast_path`` off) through its own ``send_all`` and
+``GenericTransport`` (``generic``) drives any ``trio.abc.Stream`` (noise, memory, a
+socket with ``Config.socket_fast_path`` off) through its own ``send_all`` and
 ``receive_some``; ``SocketTransport`` (``socket``) drives a TCP ``trio.SocketStream``'s
-descriptor directly with non-blocking reads and writes.  ``transport_for`` picks one at
-construction.  A new transport is one new module with a subclass of ``Transport``.
+descriptor directly with non-blocking reads and writes, and ``TLSSocketTransport``
+(``tls_socket``) does the same with the TLS records of a ``trio.SSLStream`` over one.
+``transport_for`` picks one at construction.  A new transport is one new module with
+a subclass of ``Transport``.
 
 The reader task (``mplex._trio.reader``) is the one loop that reads, and the writer
 (``mplex._trio.writer``) the one that writes: only the writer task awaits ``send_all``.
@@ -27,6 +29,7 @@ from __future__ import annotations
 import trio
 
 from ..._engine.config import Config
+from . import tls_socket
 from .base import READ_SIZE, Transport
 from .generic import GenericTransport
 from .socket import POSIX_SOCKETS, SocketTransport
@@ -35,8 +38,12 @@ __all__ = ["READ_SIZE", "Transport", "transport_for"]
 
 
 def transport_for(stream: trio.abc.Stream, config: Config) -> Transport:
-    """The socket fast path for a TCP ``trio.SocketStream`` on POSIX (unless
-    ``Config.socket_fast_path`` is off), the generic path for everything else."""
-    if config.socket_fast_path and isinstance(stream, trio.SocketStream) and POSIX_SOCKETS:
-        return SocketTransport(stream)
+    """The socket fast path for a TCP ``trio.SocketStream`` on POSIX, or a
+    ``trio.SSLStream`` over one (unless ``Config.socket_fast_path`` is off), the
+    generic path for everything else."""
+    if config.socket_fast_path and POSIX_SOCKETS:
+        if isinstance(stream, trio.SocketStream):
+            return SocketTransport(stream)
+        if tls_socket.usable(stream):
+            return tls_socket.TLSSocketTransport(stream)  # type: ignore[arg-type]
     return GenericTransport(stream)

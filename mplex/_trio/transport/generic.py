@@ -1,5 +1,6 @@
-"""The generic path: any ``trio.abc.Stream`` (TLS, noise, memory, a socket with
-``Config.socket_fast_path`` off), through its own ``send_all`` and ``receive_some``.
+"""The generic path: any ``trio.abc.Stream`` (noise, memory, TLS over anything but a
+TCP socket, a socket with ``Config.socket_fast_path`` off), through its own
+``send_all`` and ``receive_some``.
 
 Only the writer task writes: a generic stream cannot be written without waiting, and
 a write cut short by cancellation would leave part of a frame on the wire, so no
