@@ -156,6 +156,12 @@ class SocketTransport(Transport):
         if self.sock.fileno() >= 0:
             trio.lowlevel.notify_closing(self.sock)
 
+    async def after_lending(self, flush_delay: float) -> None:
+        """Nothing: the reader's wake-up was a scheduler pass already, and one more
+        before it waits on the socket again delays the next exchange of a stream
+        that borrows the turn each time (see "Changes measured" in
+        benchmarks/RESULTS.md)."""
+
     def move_reader_aside(self) -> None:
         self._wake_waiters()
 
