@@ -8,7 +8,7 @@ import contextlib
 import socket
 import tracemalloc
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -17,7 +17,7 @@ import trio.testing
 
 import mplex
 from mplex import Flag
-from tests.helpers import RawPeer, frame, no_cyclic_gc, over_every_transport, read_all, settle
+from tests.helpers import PlainStream, RawPeer, frame, no_cyclic_gc, over_every_transport, read_all, settle
 
 ENDINGS = ["aclose", "cancelled run", "peer hang-up", "protocol error", "failed write"]
 
@@ -147,3 +147,39 @@ def TRANSPORTS_MEMORY() -> contextlib.AbstractAsyncContextManager[tuple[trio.abc
         yield trio.testing.memory_stream_pair()
 
     return pair()
+
+
+class CloseFails(PlainStream):
+    """A transport whose ``aclose`` fails as trio's own streams translate errors: the
+    exception raised from a context manager's frame, which holds it (a cycle)."""
+
+    async def aclose(self) -> None:
+        self.inner.send_stream.close()  # type: ignore[attr-defined]
+        self.inner.receive_stream.close()  # type: ignore[attr-defined]
+        with _translated():
+            raise OSError("the close failed")
+
+
+@contextlib.contextmanager
+def _translated() -> Iterator[None]:
+    try:
+        yield
+    except OSError as exc:
+        raise trio.BrokenResourceError("closing failed") from exc
+
+
+async def test_a_connection_whose_transport_fails_to_close_is_freed_by_reference_counting() -> None:
+    with no_cyclic_gc():
+
+        async def ended() -> list[weakref.ref[Any]]:
+            a, b = trio.testing.memory_stream_pair()
+            async with mplex.open_muxer(CloseFails(a)) as muxer:
+                stream = await muxer.open_stream()
+            await b.aclose()
+            assert isinstance(muxer.end_error, mplex.MuxerClosed)
+            assert isinstance(muxer.end_error.__context__, trio.BrokenResourceError)  # the close's
+            return [weakref.ref(muxer), weakref.ref(stream), weakref.ref(muxer.end_error)]
+
+        refs = await ended()
+        await trio.lowlevel.checkpoint()  # as above
+        assert [ref() for ref in refs] == [None, None, None]

@@ -172,7 +172,7 @@ def unprotected(function: F) -> F:
 
 
 def drop_tracebacks(*errors: BaseException | None) -> None:
-    """Drop the tracebacks of ``errors`` and of their causes and contexts.
+    """Drop the tracebacks of ``errors`` and of their causes.
 
     A traceback holds its frames, their locals, and (on CPython, once a frame has
     finished) each frame's caller: the reader, the writer, a receiving task, and so
@@ -187,7 +187,7 @@ def drop_tracebacks(*errors: BaseException | None) -> None:
         if error is not None and id(error) not in seen:
             seen.add(id(error))
             error.__traceback__ = None
-            pending += (error.__cause__, error.__context__)
+            pending.append(error.__cause__)
 
 
 logger = logging.getLogger("mplex")
