@@ -282,7 +282,7 @@ async def settle() -> None:
 class TaskSteps(trio.abc.Instrument):
     """Counts the scheduler steps of one of a muxer's tasks, found by its documented
     name: ``mplex reader <name>`` for the ``reader``; for ``run`` (which writes),
-    ``mplex <name>``, as ``open_muxer`` and ``serve_connection`` name it."""
+    ``mplex <name>``, as ``open_muxer`` names it."""
 
     def __init__(self, muxer: mplex.Muxer, task: str) -> None:
         self.name = f"mplex reader {muxer.name}" if task == "reader" else f"mplex {muxer.name}"

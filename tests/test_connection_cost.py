@@ -30,11 +30,9 @@ from mplex._bench.many_peer import count_tasks, raise_open_files_limit
 
 from .helpers import (
     TaskSteps,
-    ask,
     no_cyclic_gc,
     over_every_transport,
     read_all,
-    reply_and_return,
     tcp_transport,
 )
 
@@ -84,8 +82,9 @@ async def test_an_idle_connection_holds_its_run_and_reader_tasks_on_each_side(tr
         per_connection = (count_tasks() - before) / connections
         # Client: Muxer.run (which writes) and the reader.  Server: the task
         # running serve_connection (the program's, as trio.serve_listeners gives
-        # each connection), Muxer.run, the reader, and the stream's handler.
-        assert per_connection == 6, per_connection
+        # each connection), which runs the muxer and writes, the reader, and the
+        # stream's handler.
+        assert per_connection == 5, per_connection
         for muxer, _ in held:
             await muxer.aclose()
     await trio.testing.wait_all_tasks_blocked()
@@ -166,7 +165,7 @@ async def ten_thousand(port: int, count: int) -> None:
         with trio.fail_after(10):
             await mplex_request(newcomer)
         held = json.loads(await connections.ask(b"T"))["tasks"]
-        assert held >= idle + 4 * count  # the server held them all (4 tasks each)
+        assert held >= idle + 3 * count  # the server held them all (3 tasks each)
         for muxer in [*muxers, newcomer]:
             await muxer.aclose()
     # The server ends each connection as its close arrives: ask until it holds none
@@ -233,23 +232,3 @@ class StepsOfTask(trio.abc.Instrument):
     def before_task_step(self, task: trio.lowlevel.Task) -> None:
         if task.name == self.name:
             self.steps += 1
-
-
-@over_every_transport
-async def test_a_served_stream_starts_its_handler_without_a_pass_of_the_accept_loop(
-    transport: Any,
-) -> None:
-    """``serve_connection`` starts a stream's handler from the task that read it (a
-    handler task idle since its last stream, or a new one): its own task, which runs
-    the accept loop, takes no scheduler step per stream."""
-
-    counter = StepsOfTask("the server's serve_connection")
-    async with transport() as (client_end, server_end), trio.open_nursery() as nursery:
-        nursery.start_soon(mplex.serve_connection, reply_and_return, server_end, name=counter.name)
-        async with mplex.open_muxer(client_end) as client:
-            trio.lowlevel.add_instrument(counter)
-            await ask(client, 50)
-            trio.lowlevel.remove_instrument(counter)
-    # The loop steps only when the connection ends (and on the previous design, once
-    # for each stream).
-    assert counter.steps <= 2, counter.steps

@@ -58,7 +58,7 @@ class HandlerTasks:
             # coroutine's arguments into its frame's locals dict, which would keep the
             # first stream alive as long as the task.
             # In a copy of serve_connection's context, whichever task starts it (the
-            # accept loop, or the reader as the stream arrives).
+            # reader as the stream arrives, or a handler task whose handler returned).
             self._context.run(self._spawn, _Idle(stream))
 
     def _spawn(self, idle: _Idle) -> None:

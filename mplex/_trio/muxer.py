@@ -61,8 +61,8 @@ class Muxer:
     ``open_stream()`` and ``accept_stream()``.  ``aclose()`` flushes what was queued
     and closes the transport.  The reader is a task of its own, named ``mplex reader
     <name>`` (``name`` is the connection's log label); the writer runs in the task
-    that runs ``run()``, which ``open_muxer`` and ``serve_connection`` name ``mplex
-    <name>``: for debuggers and trio instruments.
+    that runs ``run()``, which ``open_muxer`` names ``mplex <name>`` (and
+    ``serve_connection`` is itself): for debuggers and trio instruments.
     """
 
     def __init__(self, transport_stream: trio.abc.Stream, config: Config | None = None) -> None:
@@ -281,8 +281,8 @@ class Muxer:
 def start_on_arrival(muxer: Muxer, start: Callable[[], object] | None) -> None:
     """Have ``start()`` called as streams arrive (None: no more), from the task that
     read them, before any task waiting in ``accept_stream`` is woken; what it leaves
-    in the backlog is theirs.  ``serve_connection`` starts its handlers so, without a
-    scheduler pass of its accept loop per stream."""
+    in the backlog is theirs.  ``serve_connection`` starts its handlers so, with no
+    task of its own waiting in ``accept_stream``."""
     muxer._driver.on_arrival = start
 
 

@@ -21,7 +21,6 @@ from .._engine.multistream import NegotiationError
 from .._engine.wire import PROTOCOL_ID
 from ._util import (
     ConnectionLog,
-    OneTaskLot,
     checked_config,
     checked_handler,
     logger,
@@ -103,7 +102,7 @@ async def serve_connection(
         )
 
 
-@protected  # the accept loop; handlers run in handler tasks, unprotected
+@protected  # the muxer's writer; handlers run in handler tasks, unprotected
 async def _serve_connection(
     handler: StreamHandler,
     muxer: Muxer,
@@ -115,35 +114,26 @@ async def _serve_connection(
     if negotiate and not await _negotiated(muxer.transport_stream):
         return None
     connection = _Connection(muxer, unwrapping)
-    async with trio.open_nursery() as nursery:
-        try:
-            await nursery.start(muxer.run, name=f"mplex {muxer.name}")
-        except ConnectionLost:  # the TLS handshake failed: the muxer logged why
-            return muxer
+    async with trio.open_nursery() as handlers:
+        tasks = HandlerTasks(handlers, partial(connection.serve_stream, handler), IDLE_HANDLER_TASKS)
+        connection.tasks = tasks
+        # Streams start their handlers as the reader hands them over, while slots are
+        # free; a handler that returns starts those that waited for its slot.  So no
+        # task of ours waits in accept_stream, and this one runs the muxer itself.
+        start_on_arrival(muxer, connection.start_waiting)
+        watch = trio.CancelScope()
         if idle_timeout is not None:
-            nursery.start_soon(connection.close_when_idle, idle_timeout)
-        async with trio.open_nursery() as handlers:
-            tasks = HandlerTasks(handlers, partial(connection.serve_stream, handler), IDLE_HANDLER_TASKS)
-            # Streams start their handlers as the reader hands them over, while slots
-            # are free; the loop below takes what is left when they are not.
-            start_on_arrival(muxer, partial(connection.start_waiting, tasks))
-            while True:
-                await connection.take_slot()  # a free handler slot before the next stream
-                try:
-                    stream = await muxer.accept_stream()
-                except (MuxerClosed, ConnectionLost):
-                    connection.give_back_slot()
-                    break
-                tasks.start(stream)
-                del stream  # held here while the loop waits, it would outlive its closing
-                # The streams that arrived with it, without a scheduler pass each.
-                if not connection.start_waiting(tasks):
-                    break
-            start_on_arrival(muxer, None)
-            tasks.close()
-            # The connection has ended: handlers still running get close_timeout.
-            handlers.cancel_scope.deadline = trio.current_time() + muxer.config.close_timeout
-        nursery.cancel_scope.cancel()  # the idle watch
+            handlers.start_soon(connection.close_when_idle, idle_timeout, watch)
+        try:
+            await muxer.run()
+        except ConnectionLost:  # the TLS handshake failed: the muxer logged why
+            pass
+        start_on_arrival(muxer, None)
+        connection.tasks = None  # (a cycle: the tasks serve through the connection)
+        tasks.close()
+        watch.cancel()
+        # The connection has ended: handlers still running get close_timeout.
+        handlers.cancel_scope.deadline = trio.current_time() + muxer.config.close_timeout
     connection.log_summary()
     return muxer
 
@@ -167,41 +157,33 @@ class _Connection:
         self.muxer = muxer
         self._unwrapping = unwrapping
         self.log = ConnectionLog(muxer.name)
-        #: Handlers that may still start: taken by the accept loop, given back by the
-        #: handler's task.  A count and a lot of our own, not a ``trio.Semaphore``:
-        #: its methods and properties are calls of their own, twice per stream.
+        #: Handlers that may still start: taken as a handler starts, given back by the
+        #: handler's task.  A count of our own, not a ``trio.Semaphore``: its methods
+        #: and properties are calls of their own, twice per stream.
         self.free_slots = max(1, muxer.config.max_inbound_streams)
-        self._slot_lot = OneTaskLot()  # the accept loop's
+        #: The handler tasks (set once they exist).
+        self.tasks: HandlerTasks | None = None
+        #: True when streams were left waiting for a free slot.
+        self.backlogged = False
         self.running = 0  # handlers running now
         self.errors_logged = 0
         self.errors_unlogged = 0
 
-    def start_waiting(self, tasks: HandlerTasks) -> bool:
-        """Start a handler for each stream already waiting, while slots are free;
-        False once the connection has ended."""
-        muxer = self.muxer
-        while self.free_slots:
+    def start_waiting(self) -> None:
+        """Start a handler for each stream waiting to be accepted, while slots are
+        free (nothing once the connection has ended)."""
+        muxer, tasks = self.muxer, self.tasks
+        while tasks is not None:
+            if not self.free_slots:
+                self.backlogged = True  # a handler that returns starts the rest
+                return
             try:
                 stream = muxer.accept_stream_nowait()
-            except trio.WouldBlock:
-                return True
-            except (MuxerClosed, ConnectionLost):
-                return False
+            except (trio.WouldBlock, MuxerClosed, ConnectionLost):
+                self.backlogged = False
+                return
             self.free_slots -= 1
             tasks.start(stream)
-        return True
-
-    async def take_slot(self) -> None:
-        """Wait for a free handler slot, and take it (not a checkpoint by itself: the
-        accept that follows is one)."""
-        while not self.free_slots:
-            await self._slot_lot.park()
-        self.free_slots -= 1
-
-    def give_back_slot(self) -> None:
-        """A handler slot is free again."""
-        self.free_slots += 1
-        self._slot_lot.unpark()  # nothing, unless the accept loop waits
 
     @unprotected  # the program's handler, called from the handler tasks' protected code
     async def serve_stream(self, handler: StreamHandler, stream: MplexStream) -> None:
@@ -224,9 +206,11 @@ class _Connection:
             stream.close()  # the task ends here: no checkpoint needed to close
         finally:
             self.running -= 1
-            self.give_back_slot()
+            self.free_slots += 1
+            if self.backlogged:  # streams that found no free slot
+                self.start_waiting()
 
-    async def close_when_idle(self, idle_timeout: float) -> None:
+    async def close_when_idle(self, idle_timeout: float, scope: trio.CancelScope) -> None:
         """Close the connection once nothing has moved for ``idle_timeout`` seconds
         (looked at four times per ``idle_timeout``).  Progress is what counts, not
         presence: a byte that arrived from the peer, a byte the transport took from us,
@@ -236,18 +220,21 @@ class _Connection:
         connection (and a ``max_connections`` place) for ever."""
         moved: tuple[int, int] | None = None
         quiet_since = trio.current_time()
-        while True:
-            await trio.sleep(idle_timeout / 4)
-            stats = self.muxer.stats
-            now, seen = trio.current_time(), (stats.bytes_received, stats.bytes_sent)
-            working = self.running > stats.receivers_waiting + stats.senders_waiting
-            if seen != moved or working:
-                moved, quiet_since = seen, now
-            elif now - quiet_since >= idle_timeout:
-                self.log.info("closing the connection: nothing moved for %g s (idle_timeout)", idle_timeout)
-                with contextlib.suppress(ConnectionLost):  # kept as the muxer's end_error
-                    await self.muxer.aclose()
-                return
+        with scope:  # cancelled when the connection has ended
+            while True:
+                await trio.sleep(idle_timeout / 4)
+                stats = self.muxer.stats
+                now, seen = trio.current_time(), (stats.bytes_received, stats.bytes_sent)
+                working = self.running > stats.receivers_waiting + stats.senders_waiting
+                if seen != moved or working:
+                    moved, quiet_since = seen, now
+                elif now - quiet_since >= idle_timeout:
+                    self.log.info(
+                        "closing the connection: nothing moved for %g s (idle_timeout)", idle_timeout
+                    )
+                    with contextlib.suppress(ConnectionLost):  # kept as the muxer's end_error
+                        await self.muxer.aclose()
+                    return
 
     def log_summary(self) -> None:
         if self.errors_unlogged:
