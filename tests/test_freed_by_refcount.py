@@ -17,7 +17,16 @@ import trio.testing
 
 import mplex
 from mplex import Flag
-from tests.helpers import PlainStream, RawPeer, frame, no_cyclic_gc, over_every_transport, read_all, settle
+from tests.helpers import (
+    TRANSPORTS,
+    PlainStream,
+    RawPeer,
+    frame,
+    no_cyclic_gc,
+    over_every_transport,
+    read_all,
+    settle,
+)
 
 ENDINGS = ["aclose", "cancelled run", "peer hang-up", "protocol error", "failed write"]
 
@@ -183,3 +192,33 @@ async def test_a_connection_whose_transport_fails_to_close_is_freed_by_reference
         refs = await ended()
         await trio.lowlevel.checkpoint()  # as above
         assert [ref() for ref in refs] == [None, None, None]
+
+
+@pytest.mark.parametrize("name", ["tcp", "tcp-generic"])
+async def test_a_served_connection_cancelled_while_it_runs_is_freed_by_reference_counting(name: str) -> None:
+    """A server that shuts down cancels serve_connection mid-connection: its muxer,
+    handler tasks and streams are freed all the same, and with them the transport the
+    muxer held.  Over TCP only: trio's memory streams hold each other in cycles, and a
+    ``trio.SSLStream`` holds itself in one (its handshake's ``_Once`` holds a bound
+    method of the stream), so neither is ever freed by reference counting alone."""
+    streams: list[weakref.ref[Any]] = []
+
+    async def hold(stream: mplex.MplexStream) -> None:
+        streams.append(weakref.ref(stream))
+        await stream.receive_some()  # (the peer never sends again)
+
+    with no_cyclic_gc(), trio.fail_after(30):
+        async with TRANSPORTS[name]() as (a, b):
+            server_end = weakref.ref(a)
+            async with trio.open_nursery() as server:
+                server.start_soon(mplex.serve_connection, hold, a)
+                del a
+                async with mplex.open_muxer(b) as client:
+                    for _ in range(3):
+                        await (await client.open_stream()).send_all(b"x")
+                    while len(streams) < 3:
+                        await trio.testing.wait_all_tasks_blocked()
+                    server.cancel_scope.cancel()
+        await trio.lowlevel.checkpoint()  # as above
+        assert [ref() for ref in streams] == [None] * 3
+        assert server_end() is None

@@ -128,10 +128,11 @@ async def _serve_connection(
             await muxer.run()
         except ConnectionLost:  # the TLS handshake failed: the muxer logged why
             pass
-        start_on_arrival(muxer, None)
-        connection.tasks = None  # (a cycle: the tasks serve through the connection)
-        tasks.close()
-        watch.cancel()
+        finally:  # (cancelled too: these are cycles through the connection)
+            start_on_arrival(muxer, None)
+            connection.tasks = None
+            tasks.close()
+            watch.cancel()
         # The connection has ended: handlers still running get close_timeout.
         handlers.cancel_scope.deadline = trio.current_time() + muxer.config.close_timeout
     connection.log_summary()
