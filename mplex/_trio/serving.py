@@ -174,7 +174,9 @@ class _Connection:
         """Start a handler for each stream waiting to be accepted, while slots are
         free (nothing once the connection has ended)."""
         muxer, tasks = self.muxer, self.tasks
-        while tasks is not None:
+        if tasks is None:
+            return
+        while True:
             if not self.free_slots:
                 self.backlogged = True  # a handler that returns starts the rest
                 return

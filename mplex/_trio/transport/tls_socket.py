@@ -29,7 +29,6 @@ from __future__ import annotations
 import contextlib
 import os
 import ssl
-from typing import Any
 
 import trio
 
@@ -163,9 +162,6 @@ class TLSSocketTransport(SocketTransport):
         except OSError:
             pass  # full, or broken: the writer waits, or finds the failure
         return taken
-
-    def writev_nowait(self, parts: list[Any]) -> int:
-        raise NotImplementedError  # max_buffers = 1: the writer never calls it
 
     async def send_all(self, data: bytearray) -> None:
         """The writer's write: the kept ciphertext, then the rest of ``data``
