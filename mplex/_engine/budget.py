@@ -56,19 +56,40 @@ class SlidingBudget:
 
 
 class AbuseBudgets:
-    """One connection's budgets, each named after the ``Config`` setting that sets it."""
+    """One connection's budgets, each named after the ``Config`` setting that sets it.
 
-    __slots__ = ("ignored", "refused", "reset", "unknown")
+    A budget is made when its first event comes: most connections never see one, and
+    every connection would otherwise hold all four."""
+
+    __slots__ = ("_config", "ignored", "refused", "reset", "unknown")
+
+    #: Frames for streams that never existed.
+    unknown: SlidingBudget
+    #: Streams we had to refuse.
+    refused: SlidingBudget
+    #: Resets received.
+    reset: SlidingBudget
+    #: Frames that changed nothing (empty, repeated, late, after the peer's Close).
+    ignored: SlidingBudget
 
     def __init__(self, config: Config) -> None:
-        def budget(name: str) -> SlidingBudget:
-            return SlidingBudget(name, getattr(config, name), config.abuse_window)
+        self._config = config
 
-        #: Frames for streams that never existed.
-        self.unknown = budget("max_unknown_stream_frames")
-        #: Streams we had to refuse.
-        self.refused = budget("max_refused_streams")
-        #: Resets received.
-        self.reset = budget("max_resets_received")
-        #: Frames that changed nothing (empty, repeated, late, after the peer's Close).
-        self.ignored = budget("max_ignored_frames")
+    def __getattr__(self, name: str) -> SlidingBudget:
+        # Called only for a budget not made yet (a set slot is found first).
+        setting = _SETTINGS.get(name)
+        if setting is None:
+            raise AttributeError(name)
+        config = self._config
+        budget = SlidingBudget(setting, getattr(config, setting), config.abuse_window)
+        setattr(self, name, budget)
+        return budget
+
+
+#: Each budget's ``Config`` setting.
+_SETTINGS = {
+    "unknown": "max_unknown_stream_frames",
+    "refused": "max_refused_streams",
+    "reset": "max_resets_received",
+    "ignored": "max_ignored_frames",
+}

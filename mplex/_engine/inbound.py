@@ -236,7 +236,7 @@ class Inbound:
             if self._config.slow_reader_policy == "reset":
                 conn.reset_by_policy(record)
             else:
-                account.overfull.add(record)
+                account.mark_overfull(record)
 
     def _late_data(self, conn: StreamRules, record: StreamRecord) -> bool:
         """Data for a stream that does not receive: if we closed it here, ask the peer

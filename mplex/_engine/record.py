@@ -44,6 +44,7 @@ class StreamRecord:
         "can_receive",
         "can_send",
         "data_flag",
+        "holds_slot",
         "id",
         "is_initiator",
         "key",
@@ -83,6 +84,8 @@ class StreamRecord:
         self.data_flag = Flag.MESSAGE_INITIATOR if is_initiator else Flag.MESSAGE_RECEIVER
         #: The layer above's task waiting in ``receive_some`` for this stream, or None.
         self.waiter: object | None = None
+        #: True while a stream of ours counts against ``max_outbound_streams``.
+        self.holds_slot = False
 
     def park(self, task: object) -> None:
         """``task`` waits for this stream's data or end: the engine hands it back in

@@ -31,8 +31,9 @@ class StreamTable:
         self.streams: dict[int, StreamRecord] = {}
         #: The id our next stream gets.
         self.next_id = 0
-        #: Keys of our streams that hold a ``max_outbound_streams`` slot.
-        self.slots: set[int] = set()
+        #: Our streams that hold a ``max_outbound_streams`` slot (``holds_slot``): a
+        #: count, not a set of them, which would cost every connection memory.
+        self.slots_taken = 0
         #: Streams the peer opened that are still in the table.
         self.inbound = 0
         #: Inbound streams waiting to be accepted, oldest first (the values are None).
@@ -42,12 +43,14 @@ class StreamTable:
         # Enough to remember every stream both sides may have open, twice over: a batch
         # reset of all of them must not make their in-flight frames "unknown".
         self.tombstone_limit = max(_TOMBSTONES, 2 * (max_inbound + max_outbound))
-        self._tombstones: OrderedDict[int, None] = OrderedDict()
+        # Made when the first is kept: a connection with no finished inbound stream
+        # (an idle one, say) holds none.
+        self._tombstones: OrderedDict[int, None] | None = None
 
     @property
     def slot_free(self) -> bool:
         """True if another stream of ours may open now."""
-        return len(self.slots) < self.max_outbound
+        return self.slots_taken < self.max_outbound
 
     def take_id(self) -> int:
         """The id for a stream we open now (``MplexError`` once all are used)."""
@@ -59,10 +62,12 @@ class StreamTable:
 
     def add_ours(self, record: StreamRecord) -> None:
         self.streams[record.key] = record
-        self.slots.add(record.key)
+        record.holds_slot = True
+        self.slots_taken += 1
 
     def add_theirs(self, record: StreamRecord) -> None:
-        self._tombstones.pop(record.key, None)
+        if self._tombstones:
+            self._tombstones.pop(record.key, None)
         self.streams[record.key] = record
         self.inbound += 1
         self.backlog[record] = None
@@ -73,8 +78,9 @@ class StreamTable:
 
     def release_slot(self, record: StreamRecord) -> bool:
         """Our ``record`` stops counting against the limit; True if it held a slot."""
-        if record.key in self.slots:
-            self.slots.discard(record.key)
+        if record.holds_slot:
+            record.holds_slot = False
+            self.slots_taken -= 1
             return True
         return False
 
@@ -91,6 +97,8 @@ class StreamTable:
     def remember(self, key: int) -> None:
         """Keep ``key`` as a tombstone: late frames for it are expected."""
         tombstones = self._tombstones
+        if tombstones is None:
+            tombstones = self._tombstones = OrderedDict()
         tombstones[key] = None
         if len(tombstones) > self.tombstone_limit:
             tombstones.popitem(last=False)
@@ -99,4 +107,6 @@ class StreamTable:
         """True if the frame ``header`` names a stream that existed and finished: one
         of ours below the next id, or a remembered one."""
         key = (header >> 3) << 1 | (header & 1)
-        return bool(key & 1 and header >> 3 < self.next_id) or key in self._tombstones
+        if key & 1 and header >> 3 < self.next_id:
+            return True
+        return self._tombstones is not None and key in self._tombstones

@@ -17,6 +17,7 @@ at most that one read alive.  The engine keeps the account; a buffer only holds 
 from __future__ import annotations
 
 import functools
+from collections.abc import Set
 from typing import Generic, TypeVar
 
 __all__ = ["PRIME_BLOCK", "ReceiveBuffer", "UnreadAccount", "prime_allocator"]
@@ -34,7 +35,7 @@ T = TypeVar("T")
 class UnreadAccount(Generic[T]):
     """All streams' unread bytes, and the streams (``T``) over their own limit."""
 
-    __slots__ = ("max_connection", "max_stream", "overfull", "total")
+    __slots__ = ("_overfull", "max_connection", "max_stream", "total")
 
     def __init__(self, max_stream: int, max_connection: int) -> None:
         #: ``Config.max_stream_buffer`` and ``Config.max_connection_buffer``.
@@ -42,15 +43,28 @@ class UnreadAccount(Generic[T]):
         self.max_connection = max_connection
         #: Unread bytes of every stream together.
         self.total = 0
-        #: Streams holding more than ``max_stream`` unread bytes (under a blocking policy).
-        self.overfull: set[T] = set()
+        # The streams over their own limit: made when the first goes over, as most
+        # connections never have one, and an empty set would cost each of them memory.
+        self._overfull: set[T] | None = None
+
+    @property
+    def overfull(self) -> Set[T]:
+        """Streams holding more than ``max_stream`` unread bytes (under a blocking
+        policy)."""
+        return self._overfull if self._overfull is not None else frozenset()
+
+    def mark_overfull(self, owner: T) -> None:
+        """``owner`` holds more than ``max_stream`` unread bytes."""
+        if self._overfull is None:
+            self._overfull = set()
+        self._overfull.add(owner)
 
     def take(self, buffer: ReceiveBuffer, owner: T, max_bytes: int | None) -> bytes:
         """Up to ``max_bytes`` of ``owner``'s unread bytes (its ``buffer``, not empty)."""
         data = buffer.take(max_bytes)
         self.total -= len(data)
-        if buffer.size <= self.max_stream:
-            self.overfull.discard(owner)
+        if self._overfull and buffer.size <= self.max_stream:
+            self._overfull.discard(owner)
         return data
 
     def drop(self, buffer: ReceiveBuffer, owner: T) -> int:
@@ -58,13 +72,14 @@ class UnreadAccount(Generic[T]):
         dropped = buffer.discard()
         if dropped:
             self.total -= dropped
-            self.overfull.discard(owner)
+            if self._overfull:
+                self._overfull.discard(owner)
         return dropped
 
     def over_limits(self) -> bool:
         """True while the reader must not read: a stream is over its limit, or all
         streams together are over the connection's."""
-        return bool(self.overfull) or self.total > self.max_connection
+        return bool(self._overfull) or self.total > self.max_connection
 
 
 class ReceiveBuffer:

@@ -195,15 +195,42 @@ logger = logging.getLogger("mplex")
 _connection_numbers = itertools.count(1)
 
 
-class ConnectionLog(logging.LoggerAdapter):  # type: ignore[type-arg]
-    """The ``mplex`` logger, with a connection's label in front of every message."""
+class ConnectionLog:
+    """The ``mplex`` logger, with a connection's label in front of every message (and
+    as the record's ``connection`` attribute).
+
+    Not a ``logging.LoggerAdapter``: an adapter keeps a dict of its own and the
+    prefixed label, which would cost every connection memory for lines it mostly
+    never logs."""
+
+    __slots__ = ("_label",)
 
     def __init__(self, label: str) -> None:
-        super().__init__(logger, {"connection": label})
-        self._prefix = f"[{label}] "
+        self._label = label
 
-    def process(self, msg: Any, kwargs: Any) -> tuple[Any, Any]:
-        return f"{self._prefix}{msg}", kwargs
+    def log(self, level: int, msg: str, *args: object, exc_info: bool = False) -> None:
+        self._log(level, msg, args, exc_info)
+
+    def debug(self, msg: str, *args: object) -> None:
+        self._log(logging.DEBUG, msg, args, False)
+
+    def info(self, msg: str, *args: object) -> None:
+        self._log(logging.INFO, msg, args, False)
+
+    def error(self, msg: str, *args: object) -> None:
+        self._log(logging.ERROR, msg, args, False)
+
+    def exception(self, msg: str, *args: object) -> None:
+        """At ERROR, with the traceback of the exception being handled."""
+        self._log(logging.ERROR, msg, args, True)
+
+    def _log(self, level: int, msg: str, args: tuple[object, ...], exc_info: bool) -> None:
+        if logger.isEnabledFor(level):
+            label = self._label
+            # stacklevel 3: the line is the caller's of debug(), info(), ...
+            logger.log(
+                level, f"[{label}] {msg}", *args, exc_info=exc_info, extra={"connection": label}, stacklevel=3
+            )
 
 
 class FrameTracer:

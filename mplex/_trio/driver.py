@@ -200,7 +200,7 @@ class Driver:
                 # the per-request path (see Connection.changed)
                 if len(outbox.buffer) >= outbox.high_water:
                     await self.writer.wait_for_room()  # NewStream is queued like data
-                elif len(table.slots) < table.max_outbound and (woken or not self._slot_lot):
+                elif table.slots_taken < table.max_outbound and (woken or not self._slot_lot):
                     break
                 else:
                     if self._slot_lot is None:
@@ -210,7 +210,7 @@ class Driver:
             record = protocol.open(name)
         finally:
             waiting = self._slot_lot
-            if waiting and len(table.slots) < table.max_outbound:
+            if waiting and table.slots_taken < table.max_outbound:
                 waiting.unpark()  # a slot is still free (or ours was not taken): the next
         self.settle()
         return MplexStream(self, record, self.config.max_send_frame_size)
@@ -379,7 +379,7 @@ class Driver:
             frames_received=protocol.frames_received,
             reader_blocked_seconds=self.throttle.blocked_for(),
             inbound_streams=protocol.table.inbound,
-            outbound_streams=len(protocol.table.slots),
+            outbound_streams=protocol.table.slots_taken,
             streams_waiting=len(protocol.backlog),
             unread_bytes=protocol.unread.total,
             queued_bytes=len(self.outbox.buffer),
