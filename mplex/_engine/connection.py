@@ -104,6 +104,9 @@ class Connection:
         self._events = 0
         self._woken: list[object] = []
         self._inbound = Inbound(config, clock, trace)
+        #: True while part of the last input waits for ``resume_input`` (an attribute,
+        #: set after each input: the reader asks several times a request).
+        self.input_pending = False
 
     # -- what the layer above acts on ---------------------------------------------------------
 
@@ -128,16 +131,17 @@ class Connection:
         ``resume_input`` (``input_pending``).  False when ``data`` only continued the
         body of a frame (a TLS record in the middle of a large one): then nothing
         changed that the layer above acts on, and nothing is pending."""
-        return self._inbound.receive(self, data)
-
-    @property
-    def input_pending(self) -> bool:
-        """True while part of the last input waits for ``resume_input``."""
-        return self._inbound.pending
+        try:
+            return self._inbound.receive(self, data)
+        finally:
+            self.input_pending = self._inbound.pending
 
     def resume_input(self) -> None:
         """Act on the next part of an input left pending."""
-        self._inbound.resume(self)
+        try:
+            self._inbound.resume(self)
+        finally:
+            self.input_pending = self._inbound.pending
 
     def input_cut(self) -> int:
         """Bytes of an unfinished frame when the input ended (0: a clean end)."""
