@@ -363,10 +363,12 @@ class OneTaskLot:
     def __init__(self) -> None:
         self._task: trio.lowlevel.Task | None = None
 
-    async def park(self) -> None:
-        """Wait until ``unpark`` (or cancellation); one task at a time."""
+    def park(self) -> Awaitable[None]:
+        """``await lot.park()`` waits until ``unpark`` (or cancellation); one task at a
+        time.  Not a coroutine of its own: a parked task's chain of frames is memory
+        held for as long as the connection idles."""
         self._task = trio.lowlevel.current_task()
-        await trio.lowlevel.wait_task_rescheduled(self._abort)
+        return trio.lowlevel.wait_task_rescheduled(self._abort)
 
     def _abort(self, _: object) -> trio.lowlevel.Abort:
         self._task = None
