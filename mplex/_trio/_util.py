@@ -208,8 +208,8 @@ class ConnectionLog:
     def __init__(self, label: str) -> None:
         self._label = label
 
-    def log(self, level: int, msg: str, *args: object, exc_info: bool = False) -> None:
-        self._log(level, msg, args, exc_info)
+    def log(self, level: int, msg: str, *args: object) -> None:
+        self._log(level, msg, args, False)
 
     def debug(self, msg: str, *args: object) -> None:
         self._log(logging.DEBUG, msg, args, False)
