@@ -64,9 +64,49 @@ async def muxer_with_raw_peer(
 
 
 async def peer_opened_stream(muxer: mplex.Muxer, peer: RawPeer, stream_id: int) -> mplex.MplexStream:
-    await peer.send(frame(stream_id, Flag.NEW_STREAM, str(stream_id).encode()))
+    """A stream the peer opened, that has received once already (a stream's first
+    receive never borrows the turn: see the first test)."""
+    greeting = b"opened %d" % stream_id
+    await peer.send(
+        frame(stream_id, Flag.NEW_STREAM, str(stream_id).encode()),
+        frame(stream_id, Flag.MESSAGE_INITIATOR, greeting),
+    )
     with trio.fail_after(10):
-        return await muxer.accept_stream()
+        stream = await muxer.accept_stream()
+        assert await stream.receive_some() == greeting
+    return stream
+
+
+@pytest.mark.parametrize("opened_by", ["us", "the peer"])
+@over_lending_transports
+async def test_a_streams_first_receive_waits_for_the_reader_task_and_later_ones_borrow_the_turn(
+    transport: str, opened_by: str, mock_clock: Clock
+) -> None:
+    """The first receive of a stream waits mostly for a reply the peer has still to
+    make, which the reader task's wake-up does not delay; moving the reader aside and
+    back would cost CPU on every request of a stream per request."""
+    async with muxer_with_raw_peer(transport) as (muxer, peer):
+        if opened_by == "us":
+            stream = await muxer.open_stream()
+            flag = Flag.MESSAGE_RECEIVER
+        else:
+            await peer.send(frame(0, Flag.NEW_STREAM, b"0"))
+            with trio.fail_after(10):
+                stream = await muxer.accept_stream()
+            flag = Flag.MESSAGE_INITIATOR
+        lent_to = []
+
+        async def receive(expected: bytes) -> None:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(stream.receive_some)
+                await trio.testing.wait_all_tasks_blocked()
+                lent_to.append(muxer.stats.reader_lent_to)
+                await peer.send(frame(stream.id, flag, expected))
+
+        with trio.fail_after(10):
+            await receive(b"first")
+            await receive(b"second")
+        assert lent_to == [None, stream.key]
 
 
 async def error_of_waiting_receive(
@@ -188,6 +228,10 @@ async def test_closing_a_stream_wakes_its_receiver_from_the_transport_and_the_co
             assert await warm_up.receive_some() == b"hi"
         for close in ("aclose", "reset"):
             stream = await left.open_stream()
+            await stream.send_all(b"open")
+            with trio.fail_after(10):
+                await (await right.accept_stream()).send_all(b"opened")
+                assert await stream.receive_some() == b"opened"  # (see peer_opened_stream)
 
             async def act(stream: mplex.MplexStream = stream, close: str = close) -> None:
                 if close == "aclose":
@@ -202,8 +246,6 @@ async def test_closing_a_stream_wakes_its_receiver_from_the_transport_and_the_co
         await stream.send_all(b"still here")
         await stream.send_eof()
         with trio.fail_after(10):
-            for _ in range(2):
-                await right.accept_stream()  # the two closed above
             accepted = await right.accept_stream()
             assert await read_all(accepted) == b"still here"
             await accepted.send_all(b"and back")
@@ -256,6 +298,9 @@ async def test_a_writer_waiting_for_room_is_not_disturbed_when_a_receiver_moves_
     async with muxer_with_raw_peer(buffer_size=4096) as (muxer, peer):
         sender = await muxer.open_stream()
         receiver = await muxer.open_stream()
+        await peer.send(frame(receiver.id, Flag.MESSAGE_RECEIVER, b"first"))
+        with trio.fail_after(10):
+            assert await receiver.receive_some() == b"first"  # (see peer_opened_stream)
         got: list[bytes] = []
 
         async def receive() -> None:

@@ -150,8 +150,8 @@ class Driver:
         self.protocol.queue_data(record, view)
         self.writer.queued(lone=not record.peer_finished)
 
-    def may_lend(self, *, bulk: bool) -> bool:
-        return self.reader.may_lend(bulk=bulk) and self.life.running
+    def may_lend(self, record: StreamRecord) -> bool:
+        return self.reader.may_lend(record) and self.life.running
 
     async def receive_for(self, record: StreamRecord) -> None:
         await self.reader.receive_for(self, record)

@@ -30,7 +30,7 @@ from .errors import ConnectionLost, EndReason, MuxerClosed
 from .throttle import ReaderHost, ReaderThrottle
 from .transport import Transport
 
-__all__ = ["LENDS_SKIPPED", "LEND_SLOW", "Reader"]
+__all__ = ["BULK_DELIVERY", "LENDS_SKIPPED", "LEND_SLOW", "Reader"]
 
 #: A lent read that waited longer than this (seconds) for the peer saved nothing: the
 #: reply was slow to come (a busy program, a busy or distant peer), so the reader
@@ -39,6 +39,9 @@ __all__ = ["LENDS_SKIPPED", "LEND_SLOW", "Reader"]
 #: ``LENDS_SKIPPED`` receives that would borrow the turn wait for the reader instead.
 LEND_SLOW = 500e-6
 LENDS_SKIPPED = 32
+#: A delivered piece this large means the stream is taking a bulk transfer (see
+#: ``Reader.may_lend``).
+BULK_DELIVERY = 4096
 
 
 class Reader:
@@ -128,23 +131,29 @@ class Reader:
 
     # -- lending the read turn ------------------------------------------------------------
 
-    def may_lend(self, *, bulk: bool) -> bool:
-        """True if a receiving task may read the transport itself now.
+    def may_lend(self, record: StreamRecord) -> bool:
+        """True if ``record``'s receiving task may read the transport itself now.
 
-        Not over the generic path to a stream taking a ``bulk`` transfer: there a read
-        brings one record or so, and handing the turn back and forth for each costs
-        more than the reader task's wake-up saves.  Only while no stream has unread
-        data: then the wait is for the peer.  While streams have data to read, the
-        reader task (one read, then a yield) keeps the pace; if every waiting receiver
-        read for itself, a hundred of them would read a hundred chunks in one scheduler
-        pass and fill the buffers for nothing.
+        Not on a stream's first receive: that mostly waits for a reply the peer has
+        still to make (a handler to start, work to do), which the reader task's
+        wake-up does not delay, while moving the reader aside and back costs CPU on
+        every request of a stream-per-request protocol.  Not over the generic path
+        to a stream taking a bulk transfer: there a read brings one record or so, and
+        handing the turn back and forth for each costs more than the reader task's
+        wake-up saves.  Only while no stream has unread data: then the wait is for
+        the peer.  While streams have data to read, the reader task (one read, then a
+        yield) keeps the pace; if every waiting receiver read for itself, a hundred of
+        them would read a hundred chunks in one scheduler pass and fill the buffers
+        for nothing.
         """
         transport = self._transport
+        last = record.last_delivery
         if not (
-            transport.borrower is None
+            last
+            and transport.borrower is None
             and transport.lends
             and not self._protocol.input_pending
-            and not (bulk and not transport.writes_without_waiting)
+            and (last < BULK_DELIVERY or transport.writes_without_waiting)
             and not self._protocol.unread.total
             and not self._throttle.blocked
         ):

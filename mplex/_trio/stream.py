@@ -40,9 +40,6 @@ from .writer import Writer
 __all__ = ["MplexStream", "StreamHost"]
 
 
-#: A delivered piece this large means the stream is taking a bulk transfer (see
-#: receive_some): over the generic path its reader then keeps the read turn.
-_BULK_DELIVERY = 4096
 _ENDED, _CLOSED = Direction.ENDED, Direction.CLOSED
 _SEND_BUSY = "another task is sending on this stream"
 _PRIVATE_SLOTS = "__weakref__ _frame_size _frames _host _outbox _prefix _prefix_size _receiving _record"
@@ -66,7 +63,7 @@ class StreamHost(Protocol):
     #: Queue ``view`` as Message frames (any length), and make sure they leave.
     def queue_data(self, record: StreamRecord, view: memoryview) -> None: ...
     #: True if the stream's receiving task may read the transport itself now.
-    def may_lend(self, *, bulk: bool) -> bool: ...
+    def may_lend(self, record: StreamRecord) -> bool: ...
     #: One read of the transport in the stream's receiving task (a checkpoint).
     async def receive_for(self, record: StreamRecord) -> None: ...
     #: Up to ``max_bytes`` of the stream's unread data (it has some).
@@ -124,9 +121,8 @@ class MplexStream(trio.abc.HalfCloseableStream):
         # The prefix of the last Message frame sent, for a run of equal sizes.
         self._prefix_size = -1
         self._prefix = b""
-        # trio's conflict-detector idiom, as two flags (a guard object each would cost
-        # two allocations per stream): True while a task is in send_all, send_eof or
-        # wait_send_all_might_not_block, and while one is in receive_some.
+        # trio's conflict-detector idiom as two flags (guard objects cost allocations):
+        # a task is in send_all, send_eof or wait_send_all_might_not_block; in receive_some.
         self._sending = False
         self._receiving = False
 
@@ -162,8 +158,8 @@ class MplexStream(trio.abc.HalfCloseableStream):
 
         Raises ``trio.WouldBlock`` (queuing nothing) when the connection's send buffer
         already holds ``Config.send_high_water`` bytes or more (one call may pass the
-        mark by its own size); wait with ``wait_send_all_might_not_block``
-        or fall back to ``send_all``.  Otherwise the same errors as ``send_all``.
+        mark by its own size); wait with ``wait_send_all_might_not_block`` or fall
+        back to ``send_all``.  Otherwise the same errors as ``send_all``.
         """
         outbox = self._outbox
         buffer = outbox.buffer
@@ -312,9 +308,7 @@ class MplexStream(trio.abc.HalfCloseableStream):
         self._sending = True
         try:
             await _checkpoint_if_cancelled()  # queue, then yield: as send_all does
-            if self._frames:
-                self._outbox.count_frames(self._frames)
-                self._frames = 0
+            self._count_frames()
             error = None if self._host.send_close(self._record) else self._host.send_error(self._record)
             await _yield()
             if error is not None:
@@ -349,7 +343,7 @@ class MplexStream(trio.abc.HalfCloseableStream):
                 # this task, or (if it brought nothing for us) wait for the reader.
                 self._writer.send_owed()
                 host = self._host
-                if host.may_lend(bulk=record.last_delivery >= _BULK_DELIVERY):
+                if host.may_lend(record):
                     await host.receive_for(record)
                 while not unread.size and record.can_receive:
                     record.park(trio.lowlevel.current_task())
@@ -386,9 +380,7 @@ class MplexStream(trio.abc.HalfCloseableStream):
     def close(self) -> None:
         """``aclose`` without the checkpoint, for synchronous code (like the ``close``
         of trio's memory channels).  Idempotent."""
-        if self._frames:
-            self._outbox.count_frames(self._frames)
-            self._frames = 0
+        self._count_frames()
         self._host.close(self._record)
 
     @protected
@@ -398,7 +390,11 @@ class MplexStream(trio.abc.HalfCloseableStream):
         Unread data is dropped; later calls on this stream raise
         ``trio.ClosedResourceError``.
         """
+        self._count_frames()
+        self._host.reset(self._record)
+
+    def _count_frames(self) -> None:
+        """Count the small-send path's frames in the outbox (see ``_frames``)."""
         if self._frames:
             self._outbox.count_frames(self._frames)
             self._frames = 0
-        self._host.reset(self._record)

@@ -20,7 +20,8 @@ data waits for the peer; if it reads the transport itself, the arrival of the da
 wakes the task that wants it directly, one scheduler pass sooner.  It then *borrows*
 the read turn: the reader task is moved out of its wait and parks, the borrower reads
 once (``borrow_read``) and hands what it read to the engine exactly as the reader
-would, and gives the turn back.  Transports where this is unsafe or does not pay set
+would, and gives the turn back (not on a stream's first receive: see
+``MplexStream.receive_some``).  Transports where this is unsafe or does not pay set
 ``lends`` to False.
 """
 
