@@ -218,10 +218,17 @@ class Driver:
     def accept_nowait(self) -> MplexStream:
         """The peer's next stream if one is waiting; ``trio.WouldBlock`` if none is yet;
         why the connection ended once it has and none is left."""
-        if not self.protocol.backlog:
+        stream = self.accept_waiting()
+        if stream is None:
             if not self.life.running:
                 self.life.raise_ended()
             raise trio.WouldBlock
+        return stream
+
+    def accept_waiting(self) -> MplexStream | None:
+        """The peer's next stream if one is waiting, else None."""
+        if not self.protocol.backlog:
+            return None
         stream = MplexStream(self, self.protocol.accept(), self.config.max_send_frame_size)
         if self.throttle.blocked:
             self.throttle.recheck()  # an accepted stream may be what a paused reader waits for

@@ -278,12 +278,18 @@ class Muxer:
             raise StopAsyncIteration from None
 
 
-def start_on_arrival(muxer: Muxer, start: Callable[[], object] | None) -> None:
+def start_on_arrival(muxer: Muxer, start: Callable[[], object] | None) -> Callable[[], MplexStream | None]:
     """Have ``start()`` called as streams arrive (None: no more), from the task that
     read them, before any task waiting in ``accept_stream`` is woken; what it leaves
     in the backlog is theirs.  ``serve_connection`` starts its handlers so, with no
-    task of its own waiting in ``accept_stream``."""
-    muxer._driver.on_arrival = start
+    task of its own waiting in ``accept_stream``.
+
+    Returns what ``start`` takes the streams with: ``accept_stream_nowait``, but None
+    once no stream waits (the connection may have ended), not an exception to raise
+    and catch after every arrival."""
+    driver = muxer._driver
+    driver.on_arrival = start
+    return driver.accept_waiting
 
 
 def open_muxer(

@@ -120,7 +120,7 @@ async def _serve_connection(
         # Streams start their handlers as the reader hands them over, while slots are
         # free; a handler that returns starts those that waited for its slot.  So no
         # task of ours waits in accept_stream, and this one runs the muxer itself.
-        start_on_arrival(muxer, connection.start_waiting)
+        connection.take_waiting = start_on_arrival(muxer, connection.start_waiting)
         watch = trio.CancelScope()
         if idle_timeout is not None:
             handlers.start_soon(connection.close_when_idle, idle_timeout, watch)
@@ -130,7 +130,7 @@ async def _serve_connection(
             pass
         finally:  # (cancelled too: these are cycles through the connection)
             start_on_arrival(muxer, None)
-            connection.tasks = None
+            connection.tasks = connection.take_waiting = None
             tasks.close()
             watch.cancel()
         # The connection has ended: handlers still running get close_timeout.
@@ -164,6 +164,8 @@ class _Connection:
         self.free_slots = max(1, muxer.config.max_inbound_streams)
         #: The handler tasks (set once they exist).
         self.tasks: HandlerTasks | None = None
+        #: The next stream waiting to be accepted, or None (see ``start_on_arrival``).
+        self.take_waiting: Callable[[], MplexStream | None] | None = None
         #: True when streams were left waiting for a free slot.
         self.backlogged = False
         self.running = 0  # handlers running now
@@ -173,16 +175,15 @@ class _Connection:
     def start_waiting(self) -> None:
         """Start a handler for each stream waiting to be accepted, while slots are
         free (nothing once the connection has ended)."""
-        muxer, tasks = self.muxer, self.tasks
-        if tasks is None:
+        tasks, take = self.tasks, self.take_waiting
+        if tasks is None or take is None:
             return
         while True:
             if not self.free_slots:
                 self.backlogged = True  # a handler that returns starts the rest
                 return
-            try:
-                stream = muxer.accept_stream_nowait()
-            except (trio.WouldBlock, MuxerClosed, ConnectionLost):
+            stream = take()
+            if stream is None:
                 self.backlogged = False
                 return
             self.free_slots -= 1
