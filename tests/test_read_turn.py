@@ -1,6 +1,7 @@
-"""A task waiting in ``receive_some`` reads the transport itself (it borrows the read
-turn), over the socket path and the generic path over trio's own streams; over TLS and
-over streams not known to be cancel-safe the reader task alone reads.
+"""A task waiting in ``receive_some`` on a stream that has received before reads the
+transport itself (it borrows the read turn), over the socket path and the generic path
+over trio's own streams; over TLS and over streams not known to be cancel-safe the
+reader task alone reads, and so it does for a stream's first receive.
 
 The arrival of the data then wakes the task that wants it, not the muxer's reader task,
 which would have to wake it in a second scheduler pass.  These tests pin what that must

@@ -21,7 +21,7 @@ wakes the task that wants it directly, one scheduler pass sooner.  It then *borr
 the read turn: the reader task is moved out of its wait and parks, the borrower reads
 once (``borrow_read``) and hands what it read to the engine exactly as the reader
 would, and gives the turn back (not on a stream's first receive: see
-``MplexStream.receive_some``).  Transports where this is unsafe or does not pay set
+``Reader.may_lend``).  Transports where this is unsafe or does not pay set
 ``lends`` to False.
 """
 
