@@ -64,6 +64,7 @@ if TYPE_CHECKING:
     from ._trio.serving import serve_listeners as serve_listeners
     from ._trio.serving import serve_tcp as serve_tcp
     from ._trio.stream import MplexStream as MplexStream
+    from ._trio.writer_task import WRITER_IDLES_FOR as WRITER_IDLES_FOR
 
 __version__ = "0.1.0"
 

@@ -281,11 +281,11 @@ async def settle() -> None:
 
 class TaskSteps(trio.abc.Instrument):
     """Counts the scheduler steps of one of a muxer's tasks, found by its documented
-    name: ``mplex reader <name>`` for the ``reader``; for ``run`` (which writes),
-    ``mplex <name>``, as ``open_muxer`` names it."""
+    name: for the ``reader``, the task running ``Muxer.run``, which ``open_muxer``
+    names ``mplex <name>``; ``mplex writer <name>`` for the ``writer``."""
 
     def __init__(self, muxer: mplex.Muxer, task: str) -> None:
-        self.name = f"mplex reader {muxer.name}" if task == "reader" else f"mplex {muxer.name}"
+        self.name = f"mplex writer {muxer.name}" if task == "writer" else f"mplex {muxer.name}"
         self.steps = 0
 
     def before_task_step(self, task: trio.lowlevel.Task) -> None:

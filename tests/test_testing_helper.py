@@ -43,7 +43,7 @@ async def test_the_pair_runs_in_the_callers_task_tree_only_for_the_block() -> No
     before = len(trio.lowlevel.current_root_task().child_nurseries)
     async with mplex.testing.open_muxer_pair() as (client, _):
         names = {task.name for task in _all_tasks()}
-        assert any(name.startswith("mplex reader") for name in names)
+        assert f"mplex {client.name}" in names
         assert client.stats.live_streams == 0
     await trio.testing.wait_all_tasks_blocked()
     assert not any(task.name.startswith("mplex ") for task in _all_tasks())

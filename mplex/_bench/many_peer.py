@@ -68,6 +68,8 @@ API_CHECKPOINTS = {"client": 4, "server": 3}
 REQUEST = b"q" * 32
 #: Connections set up at once (a burst of thousands would overflow the listen backlog).
 CONNECTING_AT_ONCE = 64
+#: Seconds the idle cases' connections idle before they are measured.
+IDLE_FOR = 3 * mplex.WRITER_IDLES_FOR
 
 
 def raise_open_files_limit(wanted: int) -> None:
@@ -362,6 +364,9 @@ async def case_idle_conns(args: argparse.Namespace) -> dict[str, Any]:
             await stream.send_all(b"E." if args.impl == "mplex" else b".")
             await receive_exactly(stream, 1)
             streams.append(stream)
+        # Idle, as a node's connections mostly are: long enough for the writer tasks
+        # to end (``mplex.WRITER_IDLES_FOR``), whichever implementation runs.
+        await trio.sleep(IDLE_FOR)
         await trio.testing.wait_all_tasks_blocked()
         rss, tasks = current_rss() - before_rss, count_tasks() - before_tasks
         server = json.loads(await connections.ask(b"T"))

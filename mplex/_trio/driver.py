@@ -1,7 +1,8 @@
 """One mplex connection driven over a trio stream: ``Driver``, the host of its streams.
 
 The driver runs the sans-IO protocol ``Connection`` over a ``Transport`` with the
-``Reader`` (a task of its own) and the ``Writer`` (in the task that runs it), and
+``Reader`` (in the task that runs it) and the ``Writer`` (a task of its own while
+there is something to write), and
 does the waiting the protocol cannot: tasks waiting for room in the outbox, for a
 stream slot, for the peer's next stream, or in ``receive_some``.  After every
 protocol call it acts on the notice the protocol hands back (``settle``): it wakes
@@ -18,8 +19,10 @@ reference counting alone frees them.
 
 from __future__ import annotations
 
+import contextvars
 import logging
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import trio
@@ -257,8 +260,8 @@ class Driver:
     # -- running and ending -----------------------------------------------------------------------
 
     async def run(self, task_status: trio.TaskStatus[None]) -> None:
-        """The reader (a task of its own) and the writer (in this task) until the
-        connection ends; see ``Muxer.run``."""
+        """The reader (in this task) and the writer (a task of its own while there is
+        something to write) until the connection ends; see ``Muxer.run``."""
         if self.config.prime_allocator:
             prime_allocator()
         try:
@@ -266,11 +269,17 @@ class Driver:
                 await self._handshake()
             async with trio.open_nursery() as nursery:
                 self._run_scope = nursery.cancel_scope
-                if self.life.running:
-                    nursery.start_soon(self.reader.run, self, name=f"mplex reader {self.name}")
                 task_status.started()
                 if self.life.running:
-                    await self.writer.run(self._write_failed)
+                    # The writer task starts in this task's context, whichever task's
+                    # frames start it.
+                    spawn = partial(nursery.start_soon, self.writer.run, self._write_failed)
+                    name = f"mplex writer {self.name}"
+                    self.writer.start(partial(contextvars.copy_context().run, spawn, name=name))
+                    try:
+                        await self.reader.run(self)
+                    finally:
+                        self.writer.stop()  # no writer task starts once the nursery may close
         finally:
             self.end(MuxerClosed("the muxer's run() was cancelled"), None, final_state=_CLOSED)
             try:

@@ -59,10 +59,13 @@ class Muxer:
 
     Start it with ``await nursery.start(muxer.run)`` (or use ``open_muxer``), then
     ``open_stream()`` and ``accept_stream()``.  ``aclose()`` flushes what was queued
-    and closes the transport.  The reader is a task of its own, named ``mplex reader
-    <name>`` (``name`` is the connection's log label); the writer runs in the task
-    that runs ``run()``, which ``open_muxer`` names ``mplex <name>`` (and
-    ``serve_connection`` is itself): for debuggers and trio instruments.
+    and closes the transport.  The reader runs in the task that runs ``run()``, which
+    ``open_muxer`` names ``mplex <name>`` (``name`` is the connection's log label;
+    ``serve_connection`` runs it itself).  The writer is a task of its own, named
+    ``mplex writer <name>``, while the connection writes: it starts when frames wait
+    for it and ends once it has written nothing for ``WRITER_IDLES_FOR`` seconds or
+    so, so an idle connection holds one task.  The names are for debuggers and trio
+    instruments.
     """
 
     def __init__(self, transport_stream: trio.abc.Stream, config: Config | None = None) -> None:

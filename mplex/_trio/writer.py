@@ -1,7 +1,8 @@
 """The connection's writes: the writer, and when what was queued leaves.
 
-The writer runs in the task that runs ``Muxer.run`` (a task of its own would cost
-every connection a task's memory for nothing while idle).
+The writer is a task of its own while the connection writes: it starts when frames
+need it and ends once it has idled for a while, so an idle connection holds no
+writer task (``mplex._trio.writer_task``).
 
 Streams append whole frames to the protocol's ``Outbox``; the writer takes everything
 queued in one piece and writes it with one transport write.  It is the only task that
@@ -65,8 +66,9 @@ import trio
 from .._engine.connection import Connection
 from .._engine.record import StreamRecord
 from .._engine.wire import frame_prefix
-from ._util import FrameTracer, OneTaskLot, protected, wait_for_idle
+from ._util import FrameTracer, protected, wait_for_idle
 from .transport import Transport
+from .writer_task import WriterTask
 
 __all__ = ["CONTROL_WAIT", "FLUSH_AT", "QUIET", "Writer"]
 
@@ -92,12 +94,13 @@ NEVER = sys.maxsize
 _DIRECT_BATCH = 1024 * 1024
 
 
-class Writer:
-    """The send side of one connection; ``run()`` is the writer's loop."""
+class Writer(WriterTask):
+    """The send side of one connection; ``run()`` is the writer task's loop."""
 
     def __init__(
         self, protocol: Connection, transport: Transport, max_flush_delay: float, trace: FrameTracer
     ) -> None:
+        super().__init__()
         self._protocol = protocol
         self._outbox = protocol.outbox
         self._frame_size = protocol.encoder.frame_size
@@ -117,7 +120,6 @@ class Writer:
         self.writing = False
         #: ``time.perf_counter()`` of the last write to the transport.
         self.last_write = 0.0
-        self._lot = OneTaskLot()
         self._parked = False
         self._idle_scope: trio.CancelScope | None = None
         # Made when the first sender waits: most connections never have one.
@@ -168,7 +170,24 @@ class Writer:
         self._parked = False
         self._owed = not settle
         self.wake_at = NEVER
-        self._lot.unpark()
+        self.resume(settle=settle)
+
+    def start(self, spawn: Callable[[], object]) -> None:
+        """The connection runs: ``spawn()`` starts the writer task, when frames need
+        it (now, if some were queued before)."""
+        super().start(spawn)
+        if self._outbox.buffer:
+            self._wake(settle=False)
+
+    def settled(self) -> None:
+        """Frames were let settle with no writer task running: if their task has not
+        written them, a writer task starts and writes them at once."""
+        if self._outbox.buffer:
+            self._owed = True
+            self.start_task()
+        else:
+            self._parked = True
+            self.wake_at = 0
 
     def send_owed(self) -> None:
         """The calling task is done with what it queued for now: it ended a stream's
@@ -183,6 +202,8 @@ class Writer:
             self._write_queued(time.perf_counter())
         else:
             self._owed = True
+            if self._settling:
+                self.start_task()  # no task lets them settle: one writes them now
 
     def _write_queued(self, now: float) -> None:
         """Hand what is queued to the kernel from the calling task (one non-blocking
@@ -251,8 +272,9 @@ class Writer:
         self.wake_senders()
 
     def stop(self) -> None:
-        """Nothing more will be sent: wake the writer and every sender."""
-        self._lot.unpark()
+        """Nothing more will be sent: wake the writer and every sender; no writer task
+        starts again."""
+        self.stop_task()
         self.wake_senders()
 
     # -- large sends from the caller's buffer ---------------------------------------------
@@ -297,15 +319,20 @@ class Writer:
 
     # -- the writer task --------------------------------------------------------------------
 
-    async def next_batch(self) -> tuple[bytearray, bool]:
+    async def next_batch(self, started: bool = False) -> tuple[bytearray, bool] | None:
         """Wait until frames should be written; take them all (and whether they start
-        at a frame)."""
+        at a frame).  ``started``: the task has just started, as a parked one wakes.
+        None once the task should end (it idled: ``sweep``)."""
         outbox = self._outbox
         while True:
-            if not outbox.buffer or self.writing:
-                self._parked = True
-                self.wake_at = 0 if not self.writing else NEVER
-                await self._lot.park()
+            if started or not outbox.buffer or self.writing:
+                if started:
+                    started = False  # as if woken: the frames are not a busy program's
+                else:
+                    self._parked = True
+                    self.wake_at = 0 if not self.writing else NEVER
+                    if not await self.park():
+                        return None
                 # Woken by the first frames after a quiet spell.  Unless they are a
                 # conversation's message, the task that queued them is likely still
                 # at work on this connection (a request's NewStream, Message and
@@ -347,37 +374,44 @@ class Writer:
 
     @protected
     async def run(self, write_failed: Callable[[Exception, bool], Awaitable[None]]) -> None:
-        """The writer task: write batches until a write fails, then await
-        ``write_failed(error, lost_data)``: ``lost_data`` is True when Message frames
-        were lost with it (in the batch or still queued), not only control frames."""
+        """The writer task: write batches until it idles (``sweep``) or a write fails;
+        then it awaits ``write_failed(error, lost_data)``: ``lost_data`` is True when
+        Message frames were lost with it (in the batch or still queued), not only
+        control frames."""
         send_all = self._transport.writer_send_all()
         outbox = self._outbox
-        while True:
-            data, at_frame = await self.next_batch()
-            self._trace.sent(data, at_frame, len(data))
-            self.writing = True
-            try:
-                # Where the transport allows it, one non-blocking write first.  After
-                # the second batch of data in a row the writer yields, as a
-                # transport's send_all does, so that a streaming sender's next frames
-                # pile up meanwhile (and the writer gathers them); a request's or a
-                # reply's batch costs no yield of its own.
-                sent = self._transport.write_nowait(data) if self.direct else 0
-                if sent < len(data):
-                    await send_all(data[sent:] if sent else data)
-                else:
-                    carried_data = self._batch_control < sent
-                    if carried_data and self._carried_data:
-                        await trio.lowlevel.cancel_shielded_checkpoint()
-                    self._carried_data = carried_data
-            except Exception as exc:  # any failure of any transport: the send side is lost
-                self.writing = False
-                lost = len(data) + len(outbox.buffer) - self._batch_control - outbox.control
-                await write_failed(exc, lost > 0)
-                return
-            finally:
-                self.writing = False
-            outbox.sent(len(data))
-            self.last_write = time.perf_counter()
-            self._refilling = self._room_waiters > 0
-            self.wake_senders()
+        sweeper = self.task_started()
+        started = True
+        try:
+            while (batch := await self.next_batch(started)) is not None:
+                started = False
+                data, at_frame = batch
+                self._trace.sent(data, at_frame, len(data))
+                self.writing = True
+                try:
+                    # Where the transport allows it, one non-blocking write first.  After
+                    # the second batch of data in a row the writer yields, as a
+                    # transport's send_all does, so that a streaming sender's next frames
+                    # pile up meanwhile (and the writer gathers them); a request's or a
+                    # reply's batch costs no yield of its own.
+                    sent = self._transport.write_nowait(data) if self.direct else 0
+                    if sent < len(data):
+                        await send_all(data[sent:] if sent else data)
+                    else:
+                        carried_data = self._batch_control < sent
+                        if carried_data and self._carried_data:
+                            await trio.lowlevel.cancel_shielded_checkpoint()
+                        self._carried_data = carried_data
+                except Exception as exc:  # any failure of any transport: the send side is lost
+                    self.writing = False
+                    lost = len(data) + len(outbox.buffer) - self._batch_control - outbox.control
+                    await write_failed(exc, lost > 0)
+                    return
+                finally:
+                    self.writing = False
+                outbox.sent(len(data))
+                self.last_write = time.perf_counter()
+                self._refilling = self._room_waiters > 0
+                self.wake_senders()
+        finally:
+            self.task_ended(sweeper)

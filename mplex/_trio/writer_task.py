@@ -1,0 +1,218 @@
+"""When a connection's writer task exists: ``WriterTask``, the task half of the writer.
+
+A node holds thousands of connections that each send a little now and then, and a
+parked task costs memory (its frames, the trio ``Task``).  So a connection's writer
+task runs only while the connection writes:
+
+* It starts when frames wait for it (``resume``).  Frames that are not a
+  conversation's message are first let settle for one scheduler pass, as a parked
+  writer lets them (see ``mplex._trio.writer``): the task that queued them mostly
+  writes them itself meanwhile (``send_owed``).  On a connection that has written
+  nothing for a period, that pass is kept by one settler per trio run
+  (``_Settler``), and if the task wrote its frames, no writer task starts at all: a
+  connection that sends a little now and then needs no task of its own for it.
+  (Quiet is measured against the last write's ``time.perf_counter()``, as the
+  writer's other timings are: a ``trio.testing.MockClock`` does not make one quiet.)
+* It ends once it has been parked with nothing written for ``WRITER_IDLES_FOR``
+  seconds or so.  Noticing that per connection would need a deadline on every park
+  of every writer, which costs a busy connection more than the task's memory is
+  worth; instead one sweeper per trio run (``_Sweeper``) looks at the parked
+  writers once a period, and a writer that wrote nothing since its last look ends.
+  So an idle writer ends after one to two periods.  Starting it again costs a few
+  microseconds, which a connection quiet for that long does not notice.
+
+The settler and the sweeper are system tasks of the trio run (kept in ``RunVar``\\ s,
+never process-wide), made when first needed and ended once nothing is left for them.
+They never raise: a system task's exception would end the whole run.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import trio
+
+from ._util import OneTaskLot
+
+__all__ = ["WRITER_IDLES_FOR", "WriterTask"]
+
+#: Seconds between the sweeper's looks at the parked writers: a writer task that wrote
+#: nothing for one period, and is parked at the next look, ends.
+WRITER_IDLES_FOR = 1.0
+
+
+class WriterTask:
+    """The writer's task: started on demand, parked between batches, ended when idle.
+
+    ``Writer`` builds on it; it sets ``parked`` and ``last_write``, and says what a
+    settled pass leads to (``settled``).
+    """
+
+    #: True while the writer waits for frames (its task parked, or none running).
+    _parked: bool
+    #: ``time.perf_counter()`` of the last write to the transport.
+    last_write: float
+
+    def __init__(self) -> None:
+        self._lot = OneTaskLot()
+        # ``_spawn()`` starts the task (given by ``start``; None before and after
+        # the connection runs); ``_alive`` while it runs; ``_retiring`` once the
+        # sweeper told it to end; ``_settling`` while the settler holds it;
+        # ``_seen_write`` is ``last_write`` at the sweeper's last look (-1: none yet).
+        self._spawn: Callable[[], object] | None = None
+        self._alive = False
+        self._retiring = False
+        self._settling = False
+        self._seen_write = -1.0
+
+    def start(self, spawn: Callable[[], object]) -> None:
+        """The connection runs: ``spawn()`` starts the writer task when needed."""
+        self._spawn = spawn
+        self._parked = True
+
+    def stop_task(self) -> None:
+        """No writer task starts again; a parked one wakes (and the connection's
+        objects no longer refer to its nursery)."""
+        self._spawn = None
+        self._lot.unpark()
+
+    def resume(self, *, settle: bool) -> None:
+        """Wake the parked task, or start one.  ``settle``, on a connection that has
+        written nothing for a period: the settler keeps the pass instead, and a task
+        starts after it only if the frames are still queued (``settled``)."""
+        if self._alive:
+            self._retiring = False  # frames came before it could end: it writes them
+            self._lot.unpark()
+        elif settle and time.perf_counter() - self.last_write > WRITER_IDLES_FOR:
+            # A quiet connection: it may send this little and be quiet again.  One
+            # that wrote within the period is busy, and keeps a task of its own: the
+            # settler's one pass for many connections would hold each of them up
+            # for all the others in a closed loop of requests.
+            if not self._settling:
+                self._settling = True
+                _Settler.enlist(self)
+        else:
+            self.start_task()
+
+    def start_task(self) -> None:
+        """Start the writer task now, unless it runs or the connection has ended."""
+        if not self._alive and self._spawn is not None:
+            self._alive = True
+            try:
+                self._spawn()
+            except RuntimeError:  # the run's nursery has closed: the connection ended
+                self._alive = False
+                self._spawn = None
+
+    def after_pass(self) -> None:
+        """The settler's pass went by."""
+        self._settling = False
+        if not self._alive and self._spawn is not None:
+            self.settled()
+
+    def settled(self) -> None:
+        """What the frames let settle lead to, when no task ran meanwhile."""
+        raise NotImplementedError
+
+    async def park(self) -> bool:
+        """Wait for ``resume``; False once the task should end instead."""
+        await self._lot.park()
+        return not self._retiring
+
+    def sweep(self) -> None:
+        """The sweeper looks: a task parked since its last look, with nothing
+        written meanwhile, ends."""
+        if not self._parked or self._retiring:
+            self._seen_write = -1.0
+        elif self.last_write != self._seen_write:
+            self._seen_write = self.last_write
+        else:
+            self._retiring = True
+            self._lot.unpark()
+
+    def task_started(self) -> _Sweeper:
+        """In the new task: the run's sweeper looks at it until ``task_ended``."""
+        self._seen_write = -1.0
+        return _Sweeper.enlist(self)
+
+    def task_ended(self, sweeper: _Sweeper) -> None:
+        self._alive = self._retiring = False
+        sweeper.discharge(self)
+
+
+_SWEEPER: trio.lowlevel.RunVar[_Sweeper | None] = trio.lowlevel.RunVar("mplex.sweeper", default=None)
+_SETTLER: trio.lowlevel.RunVar[_Settler | None] = trio.lowlevel.RunVar("mplex.settler", default=None)
+
+
+class _Sweeper:
+    """The writer tasks of one trio run, looked at once every ``WRITER_IDLES_FOR``."""
+
+    def __init__(self) -> None:
+        self._writers: set[WriterTask] = set()
+        self._scope = trio.CancelScope()
+
+    @staticmethod
+    def enlist(writer: WriterTask) -> _Sweeper:
+        sweeper = _SWEEPER.get()
+        if sweeper is None:
+            sweeper = _Sweeper()
+            _SWEEPER.set(sweeper)
+            sweeper.start()
+        sweeper.add(writer)
+        return sweeper
+
+    def start(self) -> None:
+        trio.lowlevel.spawn_system_task(self._run, name="mplex: ends idle writer tasks")
+
+    def add(self, writer: WriterTask) -> None:
+        self._writers.add(writer)
+
+    def discharge(self, writer: WriterTask) -> None:
+        """``writer``'s task ended; with the last one, the sweeper ends too."""
+        writers = self._writers
+        writers.discard(writer)
+        if not writers and _SWEEPER.get() is self:
+            _SWEEPER.set(None)
+            self._scope.cancel()
+
+    async def _run(self) -> None:
+        with self._scope:
+            while True:
+                await trio.sleep(WRITER_IDLES_FOR)
+                for writer in list(self._writers):
+                    writer.sweep()
+
+
+class _Settler:
+    """Writers without a task whose frames settle: each is told once a scheduler pass
+    has gone by (``WriterTask.after_pass``)."""
+
+    def __init__(self) -> None:
+        self._writers: list[WriterTask] = []
+
+    @staticmethod
+    def enlist(writer: WriterTask) -> None:
+        settler = _SETTLER.get()
+        if settler is None:
+            settler = _Settler()
+            _SETTLER.set(settler)
+            settler.start()
+        settler.add(writer)
+
+    def start(self) -> None:
+        trio.lowlevel.spawn_system_task(self._run, name="mplex: lets frames settle")
+
+    def add(self, writer: WriterTask) -> None:
+        self._writers.append(writer)
+
+    async def _run(self) -> None:
+        # Started in the pass that enlisted the first writer, it runs in the next:
+        # the writers enlisted by then are told after one more pass, as a woken
+        # writer task lets one go by; those enlisted meanwhile wait for the next.
+        while self._writers:
+            due, self._writers = self._writers, []
+            await trio.lowlevel.cancel_shielded_checkpoint()
+            for writer in due:
+                writer.after_pass()
+        _SETTLER.set(None)
