@@ -79,6 +79,13 @@ _NOTHING: tuple[int, list[object]] = (0, [])
 class Connection:
     """One connection's protocol state: see the module docstring."""
 
+    # fmt: off
+    __slots__ = (
+        "_events", "_inbound", "_woken", "backlog", "budgets", "config", "counters", "encoder",
+        "input_pending", "may_send", "outbox", "streams", "table", "unread"
+    )
+    # fmt: on
+
     def __init__(
         self, config: Config, *, clock: Callable[[], float], trace: FrameTrace | None = None
     ) -> None:

@@ -43,6 +43,13 @@ class Decoder:
     after that the decoder must not be used again.
     """
 
+    # fmt: off
+    __slots__ = (
+        "_have", "_head", "_need", "_offset", "_pieces", "_rest", "_tail", "coalesce",
+        "frames_decoded", "frames_per_feed", "max_message_size", "views"
+    )
+    # fmt: on
+
     def __init__(
         self,
         max_message_size: int = MAX_MESSAGE_SIZE,

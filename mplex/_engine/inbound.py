@@ -87,6 +87,8 @@ class StreamRules(Protocol):
 class Inbound:
     """The input state of one connection: see the module docstring."""
 
+    __slots__ = ("_clock", "_config", "_decoder", "_held", "_trace", "_tracing", "_viewing")
+
     def __init__(self, config: Config, clock: Callable[[], float], trace: FrameTrace | None) -> None:
         self._config = config
         #: The time, in seconds, for the abuse budgets' windows.

@@ -82,6 +82,13 @@ class MuxerStats:
 class Counters:
     """The muxer's live counters (mutable, private); ``MuxerStats`` is their snapshot."""
 
+    # fmt: off
+    __slots__ = (
+        "bytes_received", "frames_dropped", "resets_received", "resets_sent", "streams_accepted",
+        "streams_opened", "streams_refused", "streams_reset_by_policy"
+    )
+    # fmt: on
+
     def __init__(self) -> None:
         self.bytes_received = 0
         self.streams_opened = 0

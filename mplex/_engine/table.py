@@ -25,6 +25,13 @@ _TOMBSTONES = 4096
 class StreamTable:
     """The live streams of one connection, and what is counted about them."""
 
+    # fmt: off
+    __slots__ = (
+        "_tombstones", "backlog", "inbound", "max_outbound", "next_id", "slots_taken", "streams",
+        "tombstone_limit"
+    )
+    # fmt: on
+
     def __init__(self, max_inbound: int, max_outbound: int) -> None:
         self.max_outbound = max_outbound
         #: Live streams by key.

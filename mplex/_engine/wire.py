@@ -95,6 +95,8 @@ class Encoder:
     and a body packet.  Data longer than ``frame_size`` is split into several frames.
     """
 
+    __slots__ = ("frame_size",)
+
     def __init__(self, frame_size: int = MAX_MESSAGE_SIZE) -> None:
         if not 1 <= frame_size <= MAX_MESSAGE_SIZE:
             raise ValueError(f"frame_size must be in 1..{MAX_MESSAGE_SIZE}, got {frame_size}")

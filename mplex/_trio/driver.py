@@ -22,8 +22,6 @@ from __future__ import annotations
 import contextvars
 import logging
 from collections.abc import Callable
-from functools import partial
-from typing import Any
 
 import trio
 
@@ -31,7 +29,6 @@ from .._engine.config import Config
 from .._engine.connection import Connection, Notice
 from .._engine.record import StreamRecord
 from .._engine.states import ConnectionState
-from .._engine.stats import MuxerStats
 from .._engine.unread import prime_allocator
 from ._util import (
     ConnectionLog,
@@ -60,6 +57,14 @@ _CONTROL, _RELEASED = Notice.CONTROL, Notice.RELEASED
 
 class Driver:
     """One mplex connection over a trio stream (``StreamHost`` and ``ReaderHost``)."""
+
+    # fmt: off
+    __slots__ = (
+        "_accept_lot", "_context", "_nursery", "_run_scope", "_slot_lot", "config", "life", "log",
+        "name", "on_arrival", "outbox", "protocol", "reader", "throttle", "trace", "transport",
+        "transport_stream", "writer"
+    )
+    # fmt: on
 
     def __init__(self, transport_stream: trio.abc.Stream, config: Config) -> None:
         self.config = config
@@ -92,6 +97,9 @@ class Driver:
         self._accept_lot: trio.lowlevel.ParkingLot | None = None
         self._slot_lot: trio.lowlevel.ParkingLot | None = None
         self._run_scope: trio.CancelScope | None = None
+        # While ``run`` runs: its nursery and context, where the writer task starts.
+        self._nursery: trio.Nursery | None = None
+        self._context: contextvars.Context | None = None
 
     @property
     def running(self) -> bool:
@@ -271,15 +279,14 @@ class Driver:
                 self._run_scope = nursery.cancel_scope
                 task_status.started()
                 if self.life.running:
-                    # The writer task starts in this task's context, whichever task's
-                    # frames start it.
-                    spawn = partial(nursery.start_soon, self.writer.run, self._write_failed)
-                    name = f"mplex writer {self.name}"
-                    self.writer.start(partial(contextvars.copy_context().run, spawn, name=name))
+                    self._nursery, self._context = nursery, contextvars.copy_context()
+                    self.writer.start(self._start_writer)
                     try:
                         await self.reader.run(self)
                     finally:
-                        self.writer.stop()  # no writer task starts once the nursery may close
+                        # No writer task starts once the nursery may close.
+                        self.writer.stop()
+                        self._nursery = self._context = None
         finally:
             self.end(MuxerClosed("the muxer's run() was cancelled"), None, final_state=_CLOSED)
             try:
@@ -289,6 +296,15 @@ class Driver:
                 level = logging.DEBUG if self.life.end_reason in _ORDINARY_ENDS else logging.INFO
                 self.log.log(level, "connection ended: %s", describe(self.life.error))
                 self.finished()
+
+    def _start_writer(self) -> None:
+        """Start the writer task in ``run``'s nursery and context, whichever task's
+        frames need it."""
+        nursery, context = self._nursery, self._context
+        if nursery is not None and context is not None:
+            name = f"mplex writer {self.name}"
+            # (mypy cannot see start_soon's keyword through Context.run's signature)
+            context.run(nursery.start_soon, self.writer.run, self._write_failed, name=name)  # type: ignore[arg-type]
 
     async def _handshake(self) -> None:
         """The transport's handshake (TLS), before the connection counts as started: a
@@ -375,31 +391,3 @@ class Driver:
         messages and causes stay."""
         self._run_scope = None
         drop_tracebacks(self.life.error, self.life.write_failure)
-
-    def stats(self) -> MuxerStats:
-        """A snapshot of the counters and gauges."""
-        protocol, running = self.protocol, self.life.running
-        lent = self.transport.borrower if running else None
-        activity: dict[str, Any] = {
-            "writer": self.writer.state if self.life.send_error is None and running else "stopped",
-            "reader": ("paused" if self.throttle.blocked else self.reader.state) if running else "stopped",
-            "reader_lent_to": lent.key if isinstance(lent, StreamRecord) else None,
-            "receivers_waiting": sum(record.waiter is not None for record in protocol.streams.values())
-            + isinstance(lent, StreamRecord),
-            "senders_waiting": self.writer.senders_waiting if running else 0,
-        }
-        return protocol.counters.snapshot(
-            frames_sent=self.outbox.frames,
-            writes=self.outbox.writes,
-            bytes_sent=self.outbox.bytes_sent,
-            frames_received=protocol.frames_received,
-            reader_blocked_seconds=self.throttle.blocked_for(),
-            inbound_streams=protocol.table.inbound,
-            outbound_streams=protocol.table.slots_taken,
-            streams_waiting=len(protocol.backlog),
-            unread_bytes=protocol.unread.total,
-            queued_bytes=len(self.outbox.buffer),
-            live_streams=len(protocol.streams),
-            bytes_sent_without_copy=self.outbox.bytes_sent_without_copy,
-            **activity,
-        )

@@ -47,6 +47,13 @@ BULK_DELIVERY = 4096
 class Reader:
     """The receive side of one connection; ``run()`` is the reader task."""
 
+    # fmt: off
+    __slots__ = (
+        "_close_timeout", "_flush_delay", "_flush_on_input", "_lends_skipped", "_linger_scope",
+        "_protocol", "_send_failure", "_throttle", "_transport", "state"
+    )
+    # fmt: on
+
     def __init__(
         self,
         protocol: Connection,

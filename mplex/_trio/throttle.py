@@ -41,6 +41,13 @@ def _unread(record: StreamRecord) -> int:
 class ReaderThrottle:
     """The reader's pauses, the policy's verdicts, and the time the reader lost."""
 
+    # fmt: off
+    __slots__ = (
+        "_account", "_blocked_since", "_config", "_drain_lot", "_outbox", "_protocol", "_writer",
+        "acceptors", "blocked", "blocked_seconds"
+    )
+    # fmt: on
+
     def __init__(self, protocol: Connection, writer: Writer) -> None:
         self._protocol = protocol
         self._config = protocol.config

@@ -97,6 +97,14 @@ _DIRECT_BATCH = 1024 * 1024
 class Writer(WriterTask):
     """The send side of one connection; ``run()`` is the writer task's loop."""
 
+    # fmt: off
+    __slots__ = (
+        "_batch_control", "_carried_data", "_delay", "_frame_size", "_frames_direct", "_idle_scope",
+        "_outbox", "_owed", "_protocol", "_record_size", "_refilling",
+        "_trace", "_transport", "direct", "gathering", "wake_at", "writing"
+    )
+    # fmt: on
+
     def __init__(
         self, protocol: Connection, transport: Transport, max_flush_delay: float, trace: FrameTracer
     ) -> None:
@@ -122,11 +130,6 @@ class Writer(WriterTask):
         self.last_write = 0.0
         self._parked = False
         self._idle_scope: trio.CancelScope | None = None
-        # Made when the first sender waits: most connections never have one.
-        self._room_lot: trio.lowlevel.ParkingLot | None = None
-        # Senders parked in _room_lot (counted here: the lot's own __bool__ is a call,
-        # and wake_senders runs on every change of a stream's state).
-        self._room_waiters = 0
         self._record_size = transport.record_size
         # True when senders waited for room as the last write ended (they refill now).
         self._refilling = False
@@ -242,28 +245,6 @@ class Writer(WriterTask):
         if self.writing:
             return "writing"
         return "gathering" if self.gathering else "parked"
-
-    async def wait_for_room(self) -> None:
-        """Wait until the writer has sent something, or ``wake_senders`` is called
-        (the caller looks at its situation again)."""
-        if self._room_lot is None:
-            self._room_lot = trio.lowlevel.ParkingLot()
-        self._room_waiters += 1
-        try:
-            await self._room_lot.park()
-        finally:
-            self._room_waiters -= 1
-
-    @property
-    def senders_waiting(self) -> int:
-        """Tasks in ``wait_for_room`` now (``MuxerStats.senders_waiting``)."""
-        return self._room_waiters
-
-    def wake_senders(self) -> None:
-        """Let every waiting sender look at its situation again."""
-        if self._room_waiters:
-            assert self._room_lot is not None  # made by the first waiter
-            self._room_lot.unpark_all()
 
     def drop_queued(self) -> None:
         """A write failed: what is queued will never leave (senders waiting for room,

@@ -1,4 +1,5 @@
-"""When a connection's writer task exists: ``WriterTask``, the task half of the writer.
+"""When a connection's writer task exists: ``WriterTask``, the task half of the writer,
+and the senders that wait for it to make room.
 
 A node holds thousands of connections that each send a little now and then, and a
 parked task costs memory (its frames, the trio ``Task``).  So a connection's writer
@@ -49,6 +50,13 @@ class WriterTask:
     settled pass leads to (``settled``).
     """
 
+    # fmt: off
+    __slots__ = (
+        "_alive", "_lot", "_parked", "_retiring", "_room_lot", "_room_waiters", "_seen_write",
+        "_settling", "_spawn", "last_write",
+    )
+    # fmt: on
+
     #: True while the writer waits for frames (its task parked, or none running).
     _parked: bool
     #: ``time.perf_counter()`` of the last write to the transport.
@@ -65,6 +73,11 @@ class WriterTask:
         self._retiring = False
         self._settling = False
         self._seen_write = -1.0
+        # Made when the first sender waits: most connections never have one.
+        self._room_lot: trio.lowlevel.ParkingLot | None = None
+        # Senders parked in _room_lot (counted here: the lot's own __bool__ is a call,
+        # and wake_senders runs on every change of a stream's state).
+        self._room_waiters = 0
 
     def start(self, spawn: Callable[[], object]) -> None:
         """The connection runs: ``spawn()`` starts the writer task when needed."""
@@ -139,6 +152,30 @@ class WriterTask:
     def task_ended(self, sweeper: _Sweeper) -> None:
         self._alive = self._retiring = False
         sweeper.discharge(self)
+
+    # -- senders waiting for room ---------------------------------------------------------
+
+    async def wait_for_room(self) -> None:
+        """Wait until the writer has sent something, or ``wake_senders`` is called
+        (the caller looks at its situation again)."""
+        if self._room_lot is None:
+            self._room_lot = trio.lowlevel.ParkingLot()
+        self._room_waiters += 1
+        try:
+            await self._room_lot.park()
+        finally:
+            self._room_waiters -= 1
+
+    @property
+    def senders_waiting(self) -> int:
+        """Tasks in ``wait_for_room`` now (``MuxerStats.senders_waiting``)."""
+        return self._room_waiters
+
+    def wake_senders(self) -> None:
+        """Let every waiting sender look at its situation again."""
+        if self._room_waiters:
+            assert self._room_lot is not None  # made by the first waiter
+            self._room_lot.unpark_all()
 
 
 _SWEEPER: trio.lowlevel.RunVar[_Sweeper | None] = trio.lowlevel.RunVar("mplex.sweeper", default=None)

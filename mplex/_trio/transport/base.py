@@ -20,6 +20,13 @@ READ_SIZE = 256 * 1024
 class Transport:
     """What the reader and the writer need of the wire; subclasses say how."""
 
+    # fmt: off
+    __slots__ = (
+        "_reader_lot", "borrower", "borrower_waiting", "lends", "read", "reader_waiting",
+        "yield_due"
+    )
+    # fmt: on
+
     #: ``"socket"`` or ``"generic"`` (``Muxer.uses_socket_fast_path``).
     kind = "generic"
     #: True where ``write_nowait`` and ``writev_nowait`` work: a sending task may then

@@ -50,14 +50,20 @@ def cancel_safe_receive(stream: trio.abc.ReceiveStream) -> bool:
 class GenericTransport(Transport):
     """Reads and writes of one ``trio.abc.Stream`` through its own methods."""
 
+    # fmt: off
+    __slots__ = (
+        "_borrower_scope", "_reader_out", "_reader_scope", "_receive_some", "_send_all", "_stream",
+        "record_size"
+    )
+    # fmt: on
+
     def __init__(self, stream: trio.abc.Stream) -> None:
         super().__init__()
         self._stream = stream
         self._receive_some = stream.receive_some
         self._send_all = stream.send_all
         self.lends = cancel_safe_receive(stream) and not isinstance(stream, trio.SSLStream)
-        if isinstance(stream, trio.SSLStream):
-            self.record_size = TLS_RECORD
+        self.record_size = TLS_RECORD if isinstance(stream, trio.SSLStream) else 0
         if not self.lends:
             # Nobody borrows the turn, so nobody needs to know when the reader waits:
             # the reader awaits the stream's own receive_some, one coroutine fewer a read.

@@ -40,6 +40,8 @@ POSIX_SOCKETS = os.name == "posix" and hasattr(os, "writev")
 class SocketTransport(Transport):
     """Non-blocking descriptor I/O on one TCP socket."""
 
+    __slots__ = ("_drained", "_woke", "sock")
+
     kind = "socket"
     writes_without_waiting = True
     #: The kernel refuses a ``writev`` of more buffers with EINVAL.
@@ -81,7 +83,11 @@ class SocketTransport(Transport):
         self._drained = False
         self.reader_waiting = True
         try:
-            await self._wait(trio.lowlevel.wait_readable)
+            # ``_wait``, inline: an idle connection holds this chain of frames.
+            await trio.lowlevel.wait_readable(self.sock)
+        except trio.ClosedResourceError:
+            if self.sock.fileno() < 0:
+                raise
         finally:
             self.reader_waiting = False
         self._woke = True

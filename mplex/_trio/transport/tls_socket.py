@@ -59,6 +59,8 @@ def _is_eof(exc: BaseException) -> bool:
 class TLSSocketTransport(SocketTransport):
     """Non-blocking descriptor I/O of TLS records on one TCP socket."""
 
+    __slots__ = ("_incoming", "_outgoing", "_ssl", "_stash", "_stash_plain", "_tls")
+
     record_size = TLS_RECORD
     #: A large send is queued, not written from the caller's buffers (``writev``): its
     #: bytes are encrypted into new ones anyway.
