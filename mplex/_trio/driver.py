@@ -2,17 +2,18 @@
 
 The driver runs the sans-IO protocol ``Connection`` over a ``Transport`` with the
 ``Reader`` (in the task that runs it) and the ``Writer`` (a task of its own while
-there is something to write), and
-does the waiting the protocol cannot: tasks waiting for room in the outbox, for a
-stream slot, for the peer's next stream, or in ``receive_some``.  After every
+there is something to write), and does the waiting the protocol cannot: tasks
+waiting for room in the outbox, for a stream slot, for the peer's next stream, or
+in ``receive_some``.  After every
 protocol call it acts on the notice the protocol hands back (``settle``): it wakes
 the receivers it names, the senders, the acceptors and the tasks waiting for a slot,
 and tells the writer about control frames.
 
 Its objects refer to each other in one direction only: the driver holds the protocol,
 the transport, the reader, the writer and the throttle; none of them holds the driver
-(the reader and the writer get it as an argument, and streams hold it as their
-``StreamHost``), and the errors it records drop their tracebacks once it has ended
+(the reader and the writer get it as an argument, streams hold it as their
+``StreamHost``, and the writer's way to start its task is dropped when ``run`` ends),
+and the errors it records drop their tracebacks once it has ended
 (``finished``).  So when a connection ends and the program drops it and its streams,
 reference counting alone frees them.
 """
