@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import TypeVar
 
 import trio
 
@@ -178,12 +179,35 @@ class WriterTask:
             self._room_lot.unpark_all()
 
 
+class _RunService:
+    """A system task of the trio run, made when first needed (``of_this_run``)."""
+
+    #: The system task's name.
+    task_name = ""
+
+    @classmethod
+    def of_this_run(cls: type[S], var: trio.lowlevel.RunVar[S | None]) -> S:
+        """The run's service kept in ``var``, made and started if there is none."""
+        service = var.get()
+        if service is None:
+            service = cls()
+            var.set(service)
+            trio.lowlevel.spawn_system_task(service.run, name=service.task_name)
+        return service
+
+    async def run(self) -> None:
+        raise NotImplementedError
+
+
+S = TypeVar("S", bound=_RunService)
 _SWEEPER: trio.lowlevel.RunVar[_Sweeper | None] = trio.lowlevel.RunVar("mplex.sweeper", default=None)
 _SETTLER: trio.lowlevel.RunVar[_Settler | None] = trio.lowlevel.RunVar("mplex.settler", default=None)
 
 
-class _Sweeper:
+class _Sweeper(_RunService):
     """The writer tasks of one trio run, looked at once every ``WRITER_IDLES_FOR``."""
+
+    task_name = "mplex: ends idle writer tasks"
 
     def __init__(self) -> None:
         self._writers: set[WriterTask] = set()
@@ -191,16 +215,9 @@ class _Sweeper:
 
     @staticmethod
     def enlist(writer: WriterTask) -> _Sweeper:
-        sweeper = _SWEEPER.get()
-        if sweeper is None:
-            sweeper = _Sweeper()
-            _SWEEPER.set(sweeper)
-            sweeper.start()
+        sweeper = _Sweeper.of_this_run(_SWEEPER)
         sweeper.add(writer)
         return sweeper
-
-    def start(self) -> None:
-        trio.lowlevel.spawn_system_task(self._run, name="mplex: ends idle writer tasks")
 
     def add(self, writer: WriterTask) -> None:
         self._writers.add(writer)
@@ -213,7 +230,7 @@ class _Sweeper:
             _SWEEPER.set(None)
             self._scope.cancel()
 
-    async def _run(self) -> None:
+    async def run(self) -> None:
         with self._scope:
             while True:
                 await trio.sleep(WRITER_IDLES_FOR)
@@ -221,29 +238,23 @@ class _Sweeper:
                     writer.sweep()
 
 
-class _Settler:
+class _Settler(_RunService):
     """Writers without a task whose frames settle: each is told once a scheduler pass
     has gone by (``WriterTask.after_pass``)."""
+
+    task_name = "mplex: lets frames settle"
 
     def __init__(self) -> None:
         self._writers: list[WriterTask] = []
 
     @staticmethod
     def enlist(writer: WriterTask) -> None:
-        settler = _SETTLER.get()
-        if settler is None:
-            settler = _Settler()
-            _SETTLER.set(settler)
-            settler.start()
-        settler.add(writer)
-
-    def start(self) -> None:
-        trio.lowlevel.spawn_system_task(self._run, name="mplex: lets frames settle")
+        _Settler.of_this_run(_SETTLER).add(writer)
 
     def add(self, writer: WriterTask) -> None:
         self._writers.append(writer)
 
-    async def _run(self) -> None:
+    async def run(self) -> None:
         # Started in the pass that enlisted the first writer, it runs in the next:
         # the writers enlisted by then are told after one more pass, as a woken
         # writer task lets one go by; those enlisted meanwhile wait for the next.
