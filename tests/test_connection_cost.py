@@ -159,6 +159,35 @@ async def test_over_the_socket_path_a_quiet_connection_asks_and_answers_without_
 
 
 @over_every_transport
+async def test_a_running_muxer_does_not_keep_the_task_that_started_it(transport: Any) -> None:
+    # ``nursery.start(muxer.run)`` from a task that then ends, as a dialer does: the
+    # ended task (and the nursery trio started the muxer in) must not live on with the
+    # connection.
+    starters: list[weakref.ref[trio.lowlevel.Task]] = []
+
+    async def dial(client_end: trio.abc.Stream, nursery: trio.Nursery) -> mplex.Muxer:
+        starters.append(weakref.ref(trio.lowlevel.current_task()))
+        muxer = mplex.Muxer(client_end)
+        await nursery.start(muxer.run)
+        return muxer
+
+    with no_cyclic_gc():
+        async with transport() as (client_end, server_end), trio.open_nursery() as nursery:
+            nursery.start_soon(mplex.serve_connection, reply_and_return, server_end)
+            dialed: list[mplex.Muxer] = []
+
+            async def dialer() -> None:
+                dialed.append(await dial(client_end, nursery))
+
+            async with trio.open_nursery() as dialing:
+                dialing.start_soon(dialer)
+            muxer = dialed.pop()
+            await ask(muxer, 3)  # it runs
+            assert starters[0]() is None
+            await muxer.aclose()
+
+
+@over_every_transport
 async def test_connections_held_together_all_answer_and_leave_nothing_when_they_close(
     transport: Any,
 ) -> None:

@@ -279,6 +279,7 @@ class Driver:
             async with trio.open_nursery() as nursery:
                 self._run_scope = nursery.cancel_scope
                 task_status.started()
+                del task_status  # see Muxer.run
                 if self.life.running:
                     self._nursery, self._context = nursery, contextvars.copy_context()
                     self.writer.start(self._start_writer)

@@ -150,7 +150,12 @@ class Muxer:
         if self._started:
             raise RuntimeError("Muxer.run() was already called")
         self._started = True
-        await self._driver.run(task_status)
+        # A started task's status refers to the nursery and the task that started it
+        # (``nursery.start``): held for the connection's life, they would outlive
+        # their use by hours.  So only the driver's frame holds it, until started.
+        running = self._driver.run(task_status)
+        del task_status
+        await running
 
     @protected
     async def aclose(self) -> None:
