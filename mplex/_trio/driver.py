@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import contextvars
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 import trio
 
@@ -165,8 +165,10 @@ class Driver:
     def may_lend(self, record: StreamRecord) -> bool:
         return self.reader.may_lend(record) and self.life.running
 
-    async def receive_for(self, record: StreamRecord) -> None:
-        await self.reader.receive_for(self, record)
+    def receive_for(self, record: StreamRecord) -> Awaitable[None]:
+        # The reader's coroutine itself, no frame of ours around it: an idle server
+        # connection's handler waits in it.
+        return self.reader.receive_for(self, record)
 
     def take(self, record: StreamRecord, max_bytes: int | None) -> bytes:
         data = self.protocol.unread.take(record.unread, record, max_bytes)  # take(), inlined: see changed()

@@ -15,7 +15,7 @@ A connection ends once, for the first reason that comes; its send side may end e
 (``aclose()`` began, or a write failed), while the reader still delivers what the peer
 sent.  It only records: the driver acts on what ``end`` and ``stop_sending`` report.
 
-**Unwrapping** (``unwrapped``): what leaves a public ``async with`` or ``serve_*`` is the
+**Unwrapping** (``Unwrapping``): what leaves a public ``async with`` or ``serve_*`` is the
 exception that was raised, not trio's nursery group around it.  trio wraps whatever
 crosses a nursery in an ``ExceptionGroup`` (``strict_exception_groups``), so without
 this an ``except mplex.ConnectionLost:`` around ``async with mplex.open_muxer(...)``
@@ -27,10 +27,9 @@ was raised.  Several exceptions at once still leave as a group: none may be lost
 
 from __future__ import annotations
 
-import contextlib
 import enum
-from collections.abc import Iterator
-from typing import NoReturn
+from types import TracebackType
+from typing import Literal, NoReturn
 
 import trio
 
@@ -46,7 +45,6 @@ __all__ = [
     "MuxerClosed",
     "StreamReset",
     "Unwrapping",
-    "unwrapped",
 ]
 
 
@@ -249,17 +247,45 @@ def _raise_copy(error: Ending) -> NoReturn:
 
 
 class Unwrapping:
-    """The groups the program raised into our nurseries: where unwrapping stops."""
+    """The groups the program raised into our nurseries: where unwrapping stops.
+
+    As a context manager (``with Unwrapping() as unwrapping:``), it re-raises an
+    exception group that leaves the block as what it carries (``unwrap``), with that
+    exception's own traceback, cause and context; anything else leaves as it is.  (A
+    class rather than a generator: a served connection holds it for its whole life.)
+    """
 
     __slots__ = ("_programs",)
 
     def __init__(self) -> None:
-        self._programs: list[BaseExceptionGroup[BaseException]] = []
+        # Made with the first group recorded: most connections never have one.
+        self._programs: list[BaseExceptionGroup[BaseException]] | None = None
+
+    def __enter__(self) -> Unwrapping:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, traceback: TracebackType | None
+    ) -> Literal[False]:
+        if not isinstance(exc, BaseExceptionGroup):
+            return False
+        inner = self.unwrap(exc)
+        if inner is exc:
+            return False
+        context = inner.__context__
+        try:
+            raise inner
+        finally:
+            # Raising inside ``__exit__`` would make the group its context; keep its own.
+            inner.__context__ = context
+            del inner, context, exc
 
     def raised(self, exc: BaseException) -> None:
         """The program raised ``exc`` into one of our nurseries (only a group needs
         recording: unwrapping never goes inside anything else)."""
         if isinstance(exc, BaseExceptionGroup):
+            if self._programs is None:
+                self._programs = []
             self._programs.append(exc)
 
     def unwrap(self, group: BaseExceptionGroup[BaseException]) -> BaseException:
@@ -300,23 +326,3 @@ def _leaves(group: BaseExceptionGroup[BaseException]) -> list[BaseException]:
     for exc in group.exceptions:
         found.extend(_leaves(exc) if isinstance(exc, BaseExceptionGroup) else [exc])
     return found
-
-
-@contextlib.contextmanager
-def unwrapped() -> Iterator[Unwrapping]:
-    """Re-raise an exception group as what it carries (``Unwrapping.unwrap``), with that
-    exception's own traceback, cause and context; otherwise, as it is."""
-    unwrapping = Unwrapping()
-    try:
-        yield unwrapping
-    except BaseExceptionGroup as group:
-        inner = unwrapping.unwrap(group)
-        if inner is group:
-            raise
-        context = inner.__context__
-        try:
-            raise inner
-        finally:
-            # Raising inside ``except`` would make the group its context; keep its own.
-            inner.__context__ = context
-            del inner, context, group

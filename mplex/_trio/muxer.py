@@ -48,7 +48,7 @@ from .._engine.stats import MuxerStats
 from .._engine.wire import name_bytes
 from ._util import checked_config, checked_transport, protected, require_trio
 from .driver import Driver
-from .errors import ConnectionLost, EndReason, MuxerClosed, unwrapped
+from .errors import ConnectionLost, EndReason, MuxerClosed, Unwrapping
 from .stream import MplexStream
 
 __all__ = ["Muxer", "open_muxer", "start_on_arrival"]
@@ -321,7 +321,7 @@ def open_muxer(
 async def _open_running(muxer: Muxer) -> AsyncIterator[Muxer]:
     """Run ``muxer`` in a nursery of its own for the block; close it on exit.  What the
     block raises leaves as itself, not wrapped in the nursery's group (``_unwrapping``)."""
-    with unwrapped() as unwrapping:
+    with Unwrapping() as unwrapping:
         async with trio.open_nursery() as nursery:
             try:
                 await nursery.start(muxer.run, name=f"mplex {muxer.name}")

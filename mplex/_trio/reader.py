@@ -49,8 +49,8 @@ class Reader:
 
     # fmt: off
     __slots__ = (
-        "_close_timeout", "_flush_delay", "_flush_on_input", "_lends_skipped", "_linger_scope",
-        "_protocol", "_send_failure", "_throttle", "_transport", "state"
+        "_close_timeout", "_flush_delay", "_flush_on_input", "_lender", "_lends_skipped", "_lent_for",
+        "_linger_scope", "_protocol", "_send_failure", "_throttle", "_transport", "state"
     )
     # fmt: on
 
@@ -80,6 +80,9 @@ class Reader:
         # Receives still to go without a lent read: see ``LEND_SLOW``.
         self._lends_skipped = 0
         self._linger_scope: trio.CancelScope | None = None
+        # While a receiving task borrows the read turn: the connection and its stream.
+        self._lender: ReaderHost | None = None
+        self._lent_for: StreamRecord | None = None
 
     # -- the reader task ----------------------------------------------------------------------
 
@@ -97,7 +100,12 @@ class Reader:
                     return
                 continue
             if transport.borrower is not None:
-                await self._lend()
+                # Lent: parked here, not in a method of its own (a frame an idle
+                # connection would hold), until the borrowing task gives the turn back.
+                self.state = "lent"
+                await transport.park_reader()
+                self.state = "reading"
+                await transport.after_lending(self._flush_delay)
                 continue
             # A borrower moves the reader aside through this context (over the generic
             # path, by cancelling it), which it does only while the reader waits.
@@ -128,13 +136,6 @@ class Reader:
                         break  # the rest of this read first, between yields
                     if transport.yield_due:
                         await trio.lowlevel.cancel_shielded_checkpoint()
-
-    async def _lend(self) -> None:
-        """Park the reader while a receiving task holds the read turn."""
-        self.state = "lent"
-        await self._transport.park_reader()
-        self.state = "reading"
-        await self._transport.after_lending(self._flush_delay)
 
     # -- lending the read turn ------------------------------------------------------------
 
@@ -177,18 +178,12 @@ class Reader:
         caller waits for the reader task like any other receiver.  A checkpoint."""
         await trio.lowlevel.checkpoint_if_cancelled()
         transport = self._transport
-        protocol = self._protocol
-
-        def still_wanted() -> bool:
-            return (
-                not record.unread.size and record.can_receive and conn.running and not protocol.input_pending
-            )
-
         transport.borrower = record
+        self._lender, self._lent_for = conn, record
         waited = False
         start = trio.current_time()
         try:
-            data, waited = await transport.borrow_read(record, still_wanted)
+            data, waited = await transport.borrow_read(record, self._still_wanted)
             if data is not None and waited and trio.current_time() - start > LEND_SLOW:
                 self._lends_skipped = LENDS_SKIPPED  # (a local close's wake-up is not slow)
             if data is not None:
@@ -196,9 +191,24 @@ class Reader:
         except Exception as exc:  # any failure of any transport: the connection is lost
             self._receive_failed(conn, exc)
         finally:
+            self._lender = self._lent_for = None
             transport.give_turn_back()
         if not waited:
             await trio.lowlevel.cancel_shielded_checkpoint()
+
+    def _still_wanted(self) -> bool:
+        """After the borrowing task's wait: whether it still wants to read (its stream
+        may have data by then, or have ended).  (A method, not a closure made for each
+        receive: an idle connection's waiting handler would hold it.)"""
+        record, conn = self._lent_for, self._lender
+        return (
+            record is not None
+            and conn is not None
+            and not record.unread.size
+            and record.can_receive
+            and conn.running
+            and not self._protocol.input_pending
+        )
 
     # -- what was read --------------------------------------------------------------------
 

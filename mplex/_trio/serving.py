@@ -28,7 +28,7 @@ from ._util import (
     require_trio,
     unprotected,
 )
-from .errors import ConnectionLost, MuxerClosed, Unwrapping, unwrapped
+from .errors import ConnectionLost, MuxerClosed, Unwrapping
 from .handlers import HandlerTasks
 from .muxer import Muxer, start_on_arrival
 from .select import accept_protocol
@@ -52,6 +52,7 @@ StreamHandler = Callable[[MplexStream], Awaitable[object]]
 NEGOTIATION_TIMEOUT = 10.0
 
 
+@protected  # the muxer's writer; handlers run in handler tasks, unprotected
 async def serve_connection(
     handler: StreamHandler,
     transport: trio.abc.Stream,
@@ -96,47 +97,35 @@ async def serve_connection(
     muxer = Muxer(transport, config)  # checks the transport and the config
     _check_idle_timeout(idle_timeout)
     require_trio("mplex.serve_connection()")
-    with unwrapped() as unwrapping:
-        return await _serve_connection(
-            handler, muxer, unwrapping, negotiate=negotiate, idle_timeout=idle_timeout
-        )
-
-
-@protected  # the muxer's writer; handlers run in handler tasks, unprotected
-async def _serve_connection(
-    handler: StreamHandler,
-    muxer: Muxer,
-    unwrapping: Unwrapping,
-    *,
-    negotiate: bool,
-    idle_timeout: float | None,
-) -> Muxer | None:
-    if negotiate and not await _negotiated(muxer.transport_stream):
-        return None
-    connection = _Connection(muxer, unwrapping)
-    async with trio.open_nursery() as handlers:
-        tasks = HandlerTasks(handlers, partial(connection.serve_stream, handler), IDLE_HANDLER_TASKS)
-        connection.tasks = tasks
-        # Streams start their handlers as the reader hands them over, while slots are
-        # free; a handler that returns starts those that waited for its slot.  So no
-        # task of ours waits in accept_stream, and this one runs the muxer itself.
-        connection.take_waiting = start_on_arrival(muxer, connection.start_waiting)
-        watch = trio.CancelScope()
-        if idle_timeout is not None:
-            handlers.start_soon(connection.close_when_idle, idle_timeout, watch)
-        try:
-            await muxer.run()
-        except ConnectionLost:  # the TLS handshake failed: the muxer logged why
-            pass
-        finally:  # (cancelled too: these are cycles through the connection)
-            start_on_arrival(muxer, None)
-            connection.tasks = connection.take_waiting = None
-            tasks.close()
-            watch.cancel()
-        # The connection has ended: handlers still running get close_timeout.
-        handlers.cancel_scope.deadline = trio.current_time() + muxer.config.close_timeout
-    connection.log_summary()
-    return muxer
+    # (One coroutine, not a checking one around a serving one: a served connection
+    # holds this frame for its whole life.)
+    with Unwrapping() as unwrapping:
+        if negotiate and not await _negotiated(muxer.transport_stream):
+            return None
+        connection = _Connection(muxer, unwrapping)
+        async with trio.open_nursery() as handlers:
+            tasks = HandlerTasks(handlers, partial(connection.serve_stream, handler), IDLE_HANDLER_TASKS)
+            connection.tasks = tasks
+            # Streams start their handlers as the reader hands them over, while slots are
+            # free; a handler that returns starts those that waited for its slot.  So no
+            # task of ours waits in accept_stream, and this one runs the muxer itself.
+            connection.take_waiting = start_on_arrival(muxer, connection.start_waiting)
+            watch = trio.CancelScope()
+            if idle_timeout is not None:
+                handlers.start_soon(connection.close_when_idle, idle_timeout, watch)
+            try:
+                await muxer.run()
+            except ConnectionLost:  # the TLS handshake failed: the muxer logged why
+                pass
+            finally:  # (cancelled too: these are cycles through the connection)
+                start_on_arrival(muxer, None)
+                connection.tasks = connection.take_waiting = None
+                tasks.close()
+                watch.cancel()
+            # The connection has ended: handlers still running get close_timeout.
+            handlers.cancel_scope.deadline = trio.current_time() + muxer.config.close_timeout
+        connection.log_summary()
+        return muxer
 
 
 #: Handler tasks of one connection that, their handler returned, wait for the
@@ -315,7 +304,7 @@ async def serve_listeners(
             serving -= 1
 
     require_trio("mplex.serve_listeners()")
-    with unwrapped() as unwrapping:
+    with Unwrapping() as unwrapping:
         await trio.serve_listeners(serve_one, list(listeners), task_status=task_status)
     raise AssertionError("trio.serve_listeners returned")  # it serves until cancelled
 

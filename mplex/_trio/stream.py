@@ -26,6 +26,7 @@ connection lost         like a reset, raising ``ConnectionLost``
 from __future__ import annotations
 
 import operator
+from collections.abc import Awaitable
 from typing import Protocol, final
 
 import trio
@@ -65,7 +66,7 @@ class StreamHost(Protocol):
     #: True if the stream's receiving task may read the transport itself now.
     def may_lend(self, record: StreamRecord) -> bool: ...
     #: One read of the transport in the stream's receiving task (a checkpoint).
-    async def receive_for(self, record: StreamRecord) -> None: ...
+    def receive_for(self, record: StreamRecord) -> Awaitable[None]: ...
     #: Up to ``max_bytes`` of the stream's unread data (it has some).
     def take(self, record: StreamRecord, max_bytes: int | None) -> bytes: ...
     #: End the stream's sending direction; False if it cannot send.

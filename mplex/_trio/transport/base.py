@@ -107,9 +107,10 @@ class Transport:
         """Make the borrowing task leave its wait on the transport (it looks again)."""
         raise NotImplementedError
 
-    async def park_reader(self) -> None:
-        """Park the reader task until the borrowing task gives the read turn back."""
-        await self._reader_lot.park()
+    def park_reader(self) -> Awaitable[None]:
+        """``await park_reader()`` parks the reader task until the borrowing task gives
+        the read turn back (the lot's own wait: no frame of ours while it is parked)."""
+        return self._reader_lot.park()
 
     def give_turn_back(self) -> None:
         """The borrowing task is done with the read turn: the reader task takes over."""

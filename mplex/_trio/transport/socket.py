@@ -103,7 +103,11 @@ class SocketTransport(Transport):
             return data, False
         self.borrower_waiting = record
         try:
-            await self._wait(trio.lowlevel.wait_readable)
+            # ``_wait``, inline: an idle connection's waiting handler holds this chain.
+            await trio.lowlevel.wait_readable(self.sock)
+        except trio.ClosedResourceError:
+            if self.sock.fileno() < 0:
+                raise
         finally:
             self.borrower_waiting = None
         return (self.read_nowait() if still_wanted() else None), True
