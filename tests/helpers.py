@@ -303,3 +303,33 @@ def no_cyclic_gc() -> Iterator[None]:
         yield
     finally:
         gc.enable()
+
+
+_MPLEX_DIR = str(pathlib.Path(mplex.__file__).parent)
+#: Where a coroutine, a frame and a function keep their code.
+_CODE_OF = ("cr_code", "f_code", "__code__")
+
+
+def cyclic_garbage_of_ours() -> list[str]:
+    """What of the library only the cycle collector would free now: objects of its
+    classes, and coroutines, frames and functions of its code (trio's own cycles, and
+    the tests', are not ours).  Use with the collector off (``no_cyclic_gc``)."""
+
+    def ours(thing: object) -> str | None:
+        kind = type(thing)
+        if kind.__module__.split(".")[0] == "mplex":
+            return kind.__qualname__
+        code = next((getattr(thing, name) for name in _CODE_OF if hasattr(thing, name)), None)
+        if code is not None and code.co_filename.startswith(_MPLEX_DIR):
+            return f"{kind.__name__} {code.co_qualname}"
+        if kind.__name__ == "method":
+            return ours(thing.__self__)  # type: ignore[attr-defined]
+        return None
+
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        gc.collect()
+        return sorted({name for thing in gc.garbage if (name := ours(thing)) is not None})
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()

@@ -21,6 +21,7 @@ from tests.helpers import (
     TRANSPORTS,
     PlainStream,
     RawPeer,
+    cyclic_garbage_of_ours,
     frame,
     no_cyclic_gc,
     over_every_transport,
@@ -93,6 +94,7 @@ async def test_an_ended_connection_is_freed_by_reference_counting(
         # checkpoint lets it go; nothing of the connection may outlive that.
         await trio.lowlevel.checkpoint()
         assert [ref() for ref in refs] == [None, None, None, None]
+        assert cyclic_garbage_of_ours() == []
 
 
 @over_every_transport
@@ -133,6 +135,7 @@ async def test_a_served_connection_and_its_streams_are_freed_by_reference_counti
         await trio.lowlevel.checkpoint()  # as above
         assert len(muxers) == 1
         assert muxers[0]() is None
+        assert cyclic_garbage_of_ours() == []
 
 
 @pytest.mark.parametrize("ending", ENDINGS)

@@ -91,6 +91,7 @@ class Reader:
         """The reader task: reads whenever no receiving task holds the read turn,
         hands what it read to the engine, and pauses for the slow-reader policy."""
         transport = self._transport
+        read = transport.reader_call()
         protocol = self._protocol
         throttle = self._throttle
         while conn.running:
@@ -121,7 +122,7 @@ class Reader:
                             self.paused(False)
                     self.state = "waiting"
                     try:
-                        data = await transport.read()
+                        data = await read()
                     except Exception as exc:  # any failure of any transport: it is lost
                         self._receive_failed(conn, exc)
                         return

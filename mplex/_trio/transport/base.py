@@ -22,7 +22,7 @@ class Transport:
 
     # fmt: off
     __slots__ = (
-        "_reader_lot", "borrower", "borrower_waiting", "lends", "read", "reader_waiting",
+        "_reader_lot", "borrower", "borrower_waiting", "lends", "reader_waiting",
         "yield_due"
     )
     # fmt: on
@@ -50,10 +50,6 @@ class Transport:
         #: True after a read that did not wait: the reader yields once before the
         #: next, as trio's own ``receive_some`` does, so a flood cannot starve others.
         self.yield_due = False
-        #: One read by the reader task: the bytes (``b""`` at the end of input), or None
-        #: when there was nothing, or the reader was moved aside (it looks again).  An
-        #: attribute, so that a transport can hand out the underlying call as it is.
-        self.read: Callable[[], Awaitable[bytes | bytearray | None]] = self._read
         self._reader_lot = OneTaskLot()
 
     # -- reading ------------------------------------------------------------------------
@@ -64,6 +60,14 @@ class Transport:
     def reading(self) -> contextlib.AbstractContextManager[Any]:
         """The context of the reader's reads until it is next moved aside."""
         return contextlib.nullcontext()
+
+    def reader_call(self) -> Callable[[], Awaitable[bytes | bytearray | None]]:
+        """The reader task's read, fetched once per run: each call is one read, whose
+        result is the bytes (``b""`` at the end of input), or None when there was
+        nothing, or the reader was moved aside (it looks again).  A transport may hand
+        out the underlying call as it is.  (Not kept on the transport: a bound method
+        of its own would be a reference cycle, freed only by the cycle collector.)"""
+        return self._read
 
     async def _read(self) -> bytes | bytearray | None:
         raise NotImplementedError

@@ -64,13 +64,16 @@ class GenericTransport(Transport):
         self._send_all = stream.send_all
         self.lends = cancel_safe_receive(stream) and not isinstance(stream, trio.SSLStream)
         self.record_size = TLS_RECORD if isinstance(stream, trio.SSLStream) else 0
-        if not self.lends:
-            # Nobody borrows the turn, so nobody needs to know when the reader waits:
-            # the reader awaits the stream's own receive_some, one coroutine fewer a read.
-            self.read = functools.partial(self._receive_some, READ_SIZE)
         self._reader_scope: trio.CancelScope | None = None
         self._borrower_scope: trio.CancelScope | None = None
         self._reader_out = trio.lowlevel.ParkingLot()
+
+    def reader_call(self) -> Callable[[], Awaitable[bytes | bytearray | None]]:
+        if self.lends:
+            return self._read
+        # Nobody borrows the turn, so nobody needs to know when the reader waits: the
+        # reader awaits the stream's own receive_some, one coroutine fewer a read.
+        return functools.partial(self._receive_some, READ_SIZE)
 
     async def send_all(self, data: bytearray) -> None:
         await self._send_all(data)
