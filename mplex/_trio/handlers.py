@@ -32,6 +32,8 @@ class HandlerTasks:
     given, one after another; at most ``idle_limit`` of them wait for a stream at once
     (the others end)."""
 
+    __slots__ = ("_closed", "_context", "_idle", "_idle_limit", "_nursery", "_serve")
+
     def __init__(
         self,
         nursery: trio.Nursery,

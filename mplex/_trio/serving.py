@@ -143,6 +143,13 @@ class _Connection:
     """What ``serve_connection`` keeps of one connection: the handler slots, when the
     peer was last heard from, and the handler errors logged so far."""
 
+    # fmt: off
+    __slots__ = (
+        "_unwrapping", "backlogged", "errors_logged", "errors_unlogged", "free_slots", "log", "muxer",
+        "running", "take_waiting", "tasks",
+    )
+    # fmt: on
+
     def __init__(self, muxer: Muxer, unwrapping: Unwrapping) -> None:
         self.muxer = muxer
         self._unwrapping = unwrapping
