@@ -142,6 +142,31 @@ async def test_a_writer_task_ends_once_it_idles_and_starts_again_when_needed(
             await muxer.aclose()
 
 
+@pytest.mark.parametrize("transport", [memory_transport, tcp_generic_transport, tls_generic_transport])
+async def test_a_served_connection_holds_one_nursery_where_its_writer_and_handlers_run(
+    transport: Any,
+) -> None:
+    """``serve_connection``'s task holds its nursery of handlers and no other: the
+    muxer's writer task runs there too (a nursery costs an idle connection memory)."""
+    served: list[trio.lowlevel.Task] = []
+
+    async def serve_in_a_task(server_end: trio.abc.Stream) -> None:
+        served.append(trio.lowlevel.current_task())
+        await mplex.serve_connection(echo_until_eof, server_end)
+
+    async with transport() as (client_end, server_end), trio.open_nursery() as nursery:
+        nursery.start_soon(serve_in_a_task, server_end)
+        async with mplex.open_muxer(client_end) as client:
+            stream = await client.open_stream()
+            await stream.send_all(b"over the writer task")
+            assert await stream.receive_some() == b"over the writer task"
+            [nursery_of_handlers] = served[0].child_nurseries
+            tasks = nursery_of_handlers.child_tasks
+            assert len(tasks) == 2  # the handler's, and the writer's:
+            assert [task for task in tasks if task.name.startswith("mplex writer ")] != []
+            await stream.aclose()
+
+
 @pytest.mark.parametrize("transport", [tcp_transport, tls_transport])
 async def test_over_the_socket_path_a_quiet_connection_asks_and_answers_without_a_writer_task(
     transport: Any,

@@ -20,7 +20,6 @@ reference counting alone frees them.
 
 from __future__ import annotations
 
-import contextvars
 import logging
 from collections.abc import Awaitable, Callable
 
@@ -61,9 +60,8 @@ class Driver:
 
     # fmt: off
     __slots__ = (
-        "_accept_lot", "_context", "_nursery", "_run_scope", "_slot_lot", "config", "life", "log",
-        "name", "on_arrival", "outbox", "protocol", "reader", "throttle", "trace", "transport",
-        "transport_stream", "writer"
+        "_accept_lot", "_run_scope", "_slot_lot", "config", "host", "life", "log", "name", "on_arrival",
+        "outbox", "protocol", "reader", "throttle", "trace", "transport", "transport_stream", "writer"
     )
     # fmt: on
 
@@ -93,14 +91,14 @@ class Driver:
         )
         #: Called as streams arrive, before acceptors are woken (``start_on_arrival``).
         self.on_arrival: Callable[[], object] | None = None
+        #: The nursery the writer task starts in, if not one of ``run``'s own: set by
+        #: ``serve_connection``, whose nursery of handlers outlives ``run``.
+        self.host: trio.Nursery | None = None
         # Tasks waiting in accept_stream, and for a stream slot: made when the first
         # comes (most connections never have one, and each lot costs memory).
         self._accept_lot: trio.lowlevel.ParkingLot | None = None
         self._slot_lot: trio.lowlevel.ParkingLot | None = None
         self._run_scope: trio.CancelScope | None = None
-        # While ``run`` runs: its nursery and context, where the writer task starts.
-        self._nursery: trio.Nursery | None = None
-        self._context: contextvars.Context | None = None
 
     @property
     def running(self) -> bool:
@@ -278,20 +276,25 @@ class Driver:
         try:
             if self.life.running:
                 await self._handshake()
-            async with trio.open_nursery() as nursery:
-                self._run_scope = nursery.cancel_scope
-                task_status.started()
-                del task_status  # see Muxer.run
-                if self.life.running:
-                    self._nursery, self._context = nursery, contextvars.copy_context()
-                    self.writer.start(self._start_writer)
-                    try:
+            host = self.host
+            if host is None:
+                async with trio.open_nursery() as nursery:
+                    self._run_scope = nursery.cancel_scope
+                    task_status.started()
+                    del task_status  # see Muxer.run
+                    if self._begin(nursery):
                         await self.reader.run(self)
-                    finally:
-                        # No writer task starts once the nursery may close.
-                        self.writer.stop()
-                        self._nursery = self._context = None
+            else:
+                # A nursery of our own would cost a served connection 0.6 KB for its
+                # whole life: the reader runs in a scope that ``end`` cancels, the
+                # writer task in the host's nursery (``_hosted_writer``).
+                with trio.CancelScope() as self._run_scope:
+                    task_status.started()
+                    del task_status
+                    if self._begin(host):
+                        await self.reader.run(self)
         finally:
+            self.writer.stop()  # no writer task starts once the nursery may close
             self.end(MuxerClosed("the muxer's run() was cancelled"), None, final_state=_CLOSED)
             try:
                 await self.close_transport()  # raises Cancelled if run() was cancelled
@@ -301,14 +304,11 @@ class Driver:
                 self.log.log(level, "connection ended: %s", describe(self.life.error))
                 self.finished()
 
-    def _start_writer(self) -> None:
-        """Start the writer task in ``run``'s nursery and context, whichever task's
-        frames need it."""
-        nursery, context = self._nursery, self._context
-        if nursery is not None and context is not None:
-            name = f"mplex writer {self.name}"
-            # (mypy cannot see start_soon's keyword through Context.run's signature)
-            context.run(nursery.start_soon, self.writer.run, self._write_failed, name=name)  # type: ignore[arg-type]
+    def _begin(self, nursery: trio.Nursery) -> bool:
+        """Let the writer task start in ``nursery``, if the connection runs."""
+        if self.life.running:
+            self.writer.start(nursery, self.name, self._write_failed, hosted=self.host is not None)
+        return self.life.running
 
     async def _handshake(self) -> None:
         """The transport's handshake (TLS), before the connection counts as started: a

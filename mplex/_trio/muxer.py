@@ -287,17 +287,22 @@ class Muxer:
             raise StopAsyncIteration from None
 
 
-def start_on_arrival(muxer: Muxer, start: Callable[[], object] | None) -> Callable[[], MplexStream | None]:
+def start_on_arrival(
+    muxer: Muxer, start: Callable[[], object] | None, host: trio.Nursery | None = None
+) -> Callable[[], MplexStream | None]:
     """Have ``start()`` called as streams arrive (None: no more), from the task that
     read them, before any task waiting in ``accept_stream`` is woken; what it leaves
     in the backlog is theirs.  ``serve_connection`` starts its handlers so, with no
-    task of its own waiting in ``accept_stream``.
+    task of its own waiting in ``accept_stream``.  ``host``: a nursery open for as long
+    as ``run`` runs, where the muxer's writer task starts (instead of a nursery of
+    ``run``'s own); ``serve_connection`` lends its nursery of handlers.
 
     Returns what ``start`` takes the streams with: ``accept_stream_nowait``, but None
     once no stream waits (the connection may have ended), not an exception to raise
     and catch after every arrival."""
     driver = muxer._driver
     driver.on_arrival = start
+    driver.host = host
     return driver.accept_waiting
 
 

@@ -109,7 +109,7 @@ async def serve_connection(
             # Streams start their handlers as the reader hands them over, while slots are
             # free; a handler that returns starts those that waited for its slot.  So no
             # task of ours waits in accept_stream, and this one runs the muxer itself.
-            connection.take_waiting = start_on_arrival(muxer, connection.start_waiting)
+            connection.take_waiting = start_on_arrival(muxer, connection.start_waiting, handlers)
             watch = trio.CancelScope()
             if idle_timeout is not None:
                 handlers.start_soon(connection.close_when_idle, idle_timeout, watch)

@@ -59,7 +59,6 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Awaitable, Callable
 
 import trio
 
@@ -68,7 +67,7 @@ from .._engine.record import StreamRecord
 from .._engine.wire import frame_prefix
 from ._util import FrameTracer, protected, wait_for_idle
 from .transport import Transport
-from .writer_task import WriterTask
+from .writer_task import WriteFailed, WriterTask
 
 __all__ = ["CONTROL_WAIT", "FLUSH_AT", "QUIET", "Writer"]
 
@@ -175,10 +174,10 @@ class Writer(WriterTask):
         self.wake_at = NEVER
         self.resume(settle=settle)
 
-    def start(self, spawn: Callable[[], object]) -> None:
-        """The connection runs: ``spawn()`` starts the writer task, when frames need
-        it (now, if some were queued before)."""
-        super().start(spawn)
+    def start(self, nursery: trio.Nursery, name: str, write_failed: WriteFailed, *, hosted: bool) -> None:
+        """The connection runs: the writer task starts in ``nursery`` when frames need
+        it (now, if some were queued before); see ``WriterTask.start``."""
+        super().start(nursery, name, write_failed, hosted=hosted)
         if self._outbox.buffer:
             self._wake(settle=False)
 
@@ -354,7 +353,7 @@ class Writer(WriterTask):
         return self._refilling or len(self._outbox.buffer) >= FLUSH_AT
 
     @protected
-    async def run(self, write_failed: Callable[[Exception, bool], Awaitable[None]]) -> None:
+    async def run(self, write_failed: WriteFailed) -> None:
         """The writer task: write batches until it idles (``sweep``) or a write fails;
         then it awaits ``write_failed(error, lost_data)``: ``lost_data`` is True when
         Message frames were lost with it (in the batch or still queued), not only

@@ -29,15 +29,19 @@ They never raise: a system task's exception would end the whole run.
 
 from __future__ import annotations
 
+import contextvars
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 import trio
 
-from ._util import OneTaskLot
+from ._util import OneTaskLot, protected
 
-__all__ = ["WRITER_IDLES_FOR", "WriterTask"]
+__all__ = ["WRITER_IDLES_FOR", "WriteFailed", "WriterTask"]
+
+#: What the writer task calls when a write fails: ``write_failed(error, lost_data)``.
+WriteFailed = Callable[[Exception, bool], Awaitable[None]]
 
 #: Seconds between the sweeper's looks at the parked writers: a writer task that wrote
 #: nothing for one period, and is parked at the next look, ends.
@@ -53,8 +57,8 @@ class WriterTask:
 
     # fmt: off
     __slots__ = (
-        "_alive", "_lot", "_parked", "_retiring", "_room_lot", "_room_waiters", "_seen_write",
-        "_settling", "_spawn", "last_write",
+        "_alive", "_context", "_hosted", "_lot", "_name", "_nursery", "_parked", "_retiring",
+        "_room_lot", "_room_waiters", "_scope", "_seen_write", "_settling", "_write_failed", "last_write",
     )
     # fmt: on
 
@@ -65,11 +69,18 @@ class WriterTask:
 
     def __init__(self) -> None:
         self._lot = OneTaskLot()
-        # ``_spawn()`` starts the task (given by ``start``; None before and after
-        # the connection runs); ``_alive`` while it runs; ``_retiring`` once the
-        # sweeper told it to end; ``_settling`` while the settler holds it;
-        # ``_seen_write`` is ``last_write`` at the sweeper's last look (-1: none yet).
-        self._spawn: Callable[[], object] | None = None
+        # Where and how the task starts (given by ``start``; None before and after the
+        # connection runs): ``_nursery``, in ``_context``, named for ``_name``,
+        # calling ``_write_failed`` if a write fails; ``_scope`` while a hosted one runs.
+        self._nursery: trio.Nursery | None = None
+        self._context: contextvars.Context | None = None
+        self._name = ""
+        self._write_failed: WriteFailed | None = None
+        self._hosted = False
+        self._scope: trio.CancelScope | None = None
+        # ``_alive`` while it runs; ``_retiring`` once the sweeper told it to end;
+        # ``_settling`` while the settler holds it; ``_seen_write`` is ``last_write``
+        # at the sweeper's last look (-1: none yet).
         self._alive = False
         self._retiring = False
         self._settling = False
@@ -80,15 +91,22 @@ class WriterTask:
         # and wake_senders runs on every change of a stream's state).
         self._room_waiters = 0
 
-    def start(self, spawn: Callable[[], object]) -> None:
-        """The connection runs: ``spawn()`` starts the writer task when needed."""
-        self._spawn = spawn
+    def start(self, nursery: trio.Nursery, name: str, write_failed: WriteFailed, *, hosted: bool) -> None:
+        """The connection runs: the writer task starts in ``nursery`` when needed, in
+        a copy of the calling task's context.  ``hosted``: the nursery is not the
+        connection's own (``serve_connection``'s nursery of handlers), so the task
+        runs in a scope of its own, which ``stop_task`` cancels as the end of ``run``
+        cancels ``run``'s own nursery."""
+        self._nursery, self._context = nursery, contextvars.copy_context()
+        self._name, self._write_failed, self._hosted = name, write_failed, hosted
         self._parked = True
 
     def stop_task(self) -> None:
-        """No writer task starts again; a parked one wakes (and the connection's
-        objects no longer refer to its nursery)."""
-        self._spawn = None
+        """No writer task starts again; a parked one wakes, a hosted one is cancelled
+        (and the connection's objects no longer refer to its nursery)."""
+        self._nursery = self._context = self._write_failed = None
+        if self._scope is not None:
+            self._scope.cancel()
         self._lot.unpark()
 
     def resume(self, *, settle: bool) -> None:
@@ -111,18 +129,33 @@ class WriterTask:
 
     def start_task(self) -> None:
         """Start the writer task now, unless it runs or the connection has ended."""
-        if not self._alive and self._spawn is not None:
+        nursery, context = self._nursery, self._context
+        if not self._alive and nursery is not None and context is not None:
             self._alive = True
+            task = self._run_hosted if self._hosted else self.run
             try:
-                self._spawn()
+                # (mypy cannot see start_soon's keyword through Context.run's signature)
+                context.run(nursery.start_soon, task, self._write_failed, name=f"mplex writer {self._name}")  # type: ignore[arg-type]
             except RuntimeError:  # the run's nursery has closed: the connection ended
                 self._alive = False
-                self._spawn = None
+                self._nursery = self._context = self._write_failed = None
+
+    async def run(self, write_failed: WriteFailed) -> None:
+        """The writer task's work (``Writer.run``)."""
+        raise NotImplementedError
+
+    @protected
+    async def _run_hosted(self, write_failed: WriteFailed) -> None:
+        with trio.CancelScope() as self._scope:
+            try:
+                await self.run(write_failed)
+            finally:
+                self._scope = None
 
     def after_pass(self) -> None:
         """The settler's pass went by."""
         self._settling = False
-        if not self._alive and self._spawn is not None:
+        if not self._alive and self._nursery is not None:
             self.settled()
 
     def settled(self) -> None:
