@@ -234,7 +234,14 @@ async def connect(host: Any, peer: Any) -> None:
         except SwarmDialAllFailedError:
             if attempt == 2:
                 raise
+            forget_the_failed_dial(host, peer.peer_id)
             await trio.sleep(0.2 * (attempt + 1))
+
+
+def forget_the_failed_dial(host: Any, peer_id: Any) -> None:
+    """py-libp2p refuses to dial a peer whose dial failed for a minute after (its
+    negative cache, "recently failed all addresses"): a retry must lift that first."""
+    host.get_network().unblock_peer(peer_id)
 
 
 async def tell_the_server_to_go(host: Any, peer_id: Any, *, redial: bool) -> None:
@@ -243,7 +250,9 @@ async def tell_the_server_to_go(host: Any, peer_id: Any, *, redial: bool) -> Non
     or the server would wait for ever and the run would time out.  With ``redial``
     (py-libp2p's own muxers), also when the connection is gone and the host's dial
     fails: a fresh-clone test run saw that once after py-libp2p's yamux ran the perf
-    case.  Not over ours, where a lost connection is a failure to report."""
+    case, and another, once the retry hit py-libp2p's negative cache of failed dials
+    (``forget_the_failed_dial``).  Not over ours, where a lost connection is a
+    failure to report."""
     retried = (StreamFailure, SwarmDialAllFailedError) if redial else (StreamFailure,)
     for attempt in range(5):
         try:
@@ -251,6 +260,7 @@ async def tell_the_server_to_go(host: Any, peer_id: Any, *, redial: bool) -> Non
         except retried:
             if attempt == 4:
                 raise
+            forget_the_failed_dial(host, peer_id)
             await trio.sleep(0.1 * (attempt + 1))  # let the baseline's muxer settle
         else:
             await done.close()
