@@ -31,6 +31,7 @@ import inspect
 import itertools
 import logging
 import ssl
+import sys
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -152,6 +153,17 @@ def _probe() -> None:
 #: True where trio protects a function by marking its code (0.28 and later), not
 #: by wrapping it.
 PROTECTION_IS_FREE: bool = enable_ki_protection(_probe) is _probe
+
+
+def forget_deleted_locals() -> None:
+    """Make the caller's frame let go of the locals it has deleted, on trio before
+    0.28.  That trio keeps a copy of a task's first coroutine's locals, and of a
+    protected coroutine's, in the frame's locals dict (beside its ``KeyboardInterrupt``
+    marker), where a deleted argument lives on; CPython up to 3.12 brings that dict up
+    to date when it is read.  Nothing on later trio, which keeps no copy (and where a
+    read would make one)."""
+    if not PROTECTION_IS_FREE:
+        sys._getframe(1).f_locals  # noqa: B018 (the read is the update)
 
 
 def protected(function: F) -> F:

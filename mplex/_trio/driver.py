@@ -37,6 +37,7 @@ from ._util import (
     describe,
     drop_tracebacks,
     explain,
+    forget_deleted_locals,
     root_cause,
 )
 from .errors import ConnectionLost, Ending, EndReason, Lifecycle, MuxerClosed
@@ -282,6 +283,7 @@ class Driver:
                     self._run_scope = nursery.cancel_scope
                     task_status.started()
                     del task_status  # see Muxer.run
+                    forget_deleted_locals()
                     if self._begin(nursery):
                         await self.reader.run(self)
             else:
@@ -291,6 +293,7 @@ class Driver:
                 with trio.CancelScope() as self._run_scope:
                     task_status.started()
                     del task_status
+                    forget_deleted_locals()
                     if self._begin(host):
                         await self.reader.run(self)
         finally:

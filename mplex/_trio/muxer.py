@@ -46,7 +46,7 @@ from .._engine.record import StreamRecord
 from .._engine.states import ConnectionState
 from .._engine.stats import MuxerStats
 from .._engine.wire import name_bytes
-from ._util import checked_config, checked_transport, protected, require_trio
+from ._util import checked_config, checked_transport, forget_deleted_locals, protected, require_trio
 from .driver import Driver
 from .errors import ConnectionLost, EndReason, MuxerClosed, Unwrapping
 from .stream import MplexStream
@@ -155,6 +155,7 @@ class Muxer:
         # their use by hours.  So only the driver's frame holds it, until started.
         running = self._driver.run(task_status)
         del task_status
+        forget_deleted_locals()
         await running
 
     @protected
