@@ -277,8 +277,18 @@ def perf_cases(scale: int) -> list[Case]:
     def runs(args: dict[str, Any], theirs_args: dict[str, Any], metric: str, sized: str) -> list[Run]:
         return [
             Run("py-libp2p host, our mplex and perf", "host-ours", args, metric),
+            # After a perf run py-libp2p's own muxers now and then lose the connection,
+            # and the harness's redial for its /done stream fails (make bench of 239ac1f,
+            # its yamux): such a run is a baseline that did not complete, not a failed
+            # bench.
             *[
-                Run(f"py-libp2p host, its {muxer} and perf{sized}", f"host-{muxer}", theirs_args, metric)
+                Run(
+                    f"py-libp2p host, its {muxer} and perf{sized}",
+                    f"host-{muxer}",
+                    theirs_args,
+                    metric,
+                    gives_up_after=60,
+                )
                 for muxer in ("mplex", "yamux")
             ],
         ]
