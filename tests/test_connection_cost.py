@@ -78,14 +78,25 @@ async def hold(
     return held
 
 
-def writer_tasks() -> int:
-    """The connections' writer tasks now, found by their documented name."""
+def tasks_named(prefix: str) -> int:
+    """Tasks of this run whose name starts with ``prefix``."""
     count, todo = 0, [trio.lowlevel.current_root_task()]
     while todo:
         task = todo.pop()
-        count += task.name.startswith("mplex writer ")
+        count += task.name.startswith(prefix)
         todo.extend(child for nursery in task.child_nurseries for child in nursery.child_tasks)
     return count
+
+
+def writer_tasks() -> int:
+    """The connections' writer tasks now, found by their documented name."""
+    return tasks_named("mplex writer ")
+
+
+def run_services() -> int:
+    """The library's tasks for the whole trio run (the settler, the sweeper), found by
+    their documented names."""
+    return tasks_named("mplex: ")
 
 
 @over_every_transport
@@ -101,12 +112,15 @@ async def test_an_idle_connection_holds_one_task_on_the_client_and_two_on_the_se
         await trio.sleep(3 * mplex.WRITER_IDLES_FOR)
         # Client: the task running Muxer.run, which reads.  Server: the task running
         # serve_connection (the program's, as trio.serve_listeners gives each
-        # connection), which reads, and the stream's handler.  No writer task.
-        assert (count_tasks() - before) / connections == 3
+        # connection), which reads, and the stream's handler.  No writer task; and
+        # for the whole run, however many connections, the settler.
+        assert run_services() == 1
+        assert (count_tasks() - before - run_services()) / connections == 3
         assert writer_tasks() == 0
         for muxer, _ in held:
             await muxer.aclose()
     await trio.testing.wait_all_tasks_blocked()
+    assert run_services() == 0  # the settler ends with the run's last connection
 
 
 @pytest.mark.parametrize("transport", [memory_transport, tcp_generic_transport, tls_generic_transport])
@@ -168,18 +182,18 @@ async def test_a_served_connection_holds_one_nursery_where_its_writer_and_handle
 
 
 @pytest.mark.parametrize("transport", [tcp_transport, tls_transport])
-async def test_over_the_socket_path_a_quiet_connection_asks_and_answers_without_a_writer_task(
+async def test_over_the_socket_path_connections_ask_and_answer_without_a_writer_task(
     transport: Any,
 ) -> None:
     """The pass that lets a request's or a reply's frames settle is kept by the run's
-    settler on a connection that has written nothing for a while (here: a new one),
-    and the task that made them writes them."""
+    settler, for a busy connection as for a new one, and the task that made them
+    writes them: no connection wakes a task of its own to send."""
     async with trio.open_nursery() as nursery:
         for _ in range(3):
             async with transport() as (client_end, server_end):
                 nursery.start_soon(mplex.serve_connection, reply_and_return, server_end)
                 async with mplex.open_muxer(client_end) as client:
-                    await ask(client, 1)
+                    await ask(client, 20)
                     assert writer_tasks() == 0
 
 

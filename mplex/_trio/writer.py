@@ -26,9 +26,10 @@ only the wait for idleness below looks at the whole program):
   (``send_eof``, ``aclose``, ``reset``) or is about to wait in ``receive_some``, the
   task writes everything queued (socket path) or ends the writer's wait.  So a
   request leaves in one write, and so does a reply.  In case the task does neither,
-  the writer is woken too and lets one scheduler pass go by (``SETTLE_PASSES``)
-  before it writes them itself; ``send_all`` wakes it only after its own yield, which
-  counts as one more pass.  No timer is involved: nothing waits for the program.
+  the writer wakes and writes them itself once a scheduler pass has gone by (kept
+  by the run's settler, ``mplex._trio.writer_task``); ``send_all`` asks for that
+  pass only after its own yield, which counts as one more.  No timer is involved:
+  nothing waits for the program.
 * Over the socket path the writer's own write is non-blocking too.  It yields after
   it only when a second batch of data in a row left (a streaming sender's next
   frames then pile up, see below); a request's or a reply's frames cost it no yield.
@@ -80,12 +81,6 @@ QUIET = 50e-6
 #: Seconds since the last write after which a control frame queued while the program
 #: is busy goes out without waiting for idleness (see the module docstring).
 CONTROL_WAIT = 100e-6
-#: Scheduler passes a woken writer lets go by before it writes frames that are not a
-#: conversation's message, unless their task writes them first (``send_owed``).  One
-#: covers a request (the writer is woken by its NewStream; the Close follows within
-#: a pass) and a reply (woken after ``send_all``'s yield; the Close follows one call
-#: later), whichever runs first in trio's pass.
-SETTLE_PASSES = 1
 #: A ``wake_at`` no queue reaches.
 NEVER = sys.maxsize
 #: Most payload bytes handed to one ``writev``: a few socket buffers' worth, so a large
@@ -99,7 +94,7 @@ class Writer(WriterTask):
     # fmt: off
     __slots__ = (
         "_batch_control", "_carried_data", "_delay", "_frame_size", "_frames_direct", "_idle_scope",
-        "_outbox", "_owed", "_protocol", "_record_size", "_refilling",
+        "_outbox", "_protocol", "_record_size", "_refilling",
         "_trace", "_transport", "direct", "gathering", "wake_at", "writing"
     )
     # fmt: on
@@ -136,8 +131,6 @@ class Writer(WriterTask):
         self._batch_control = 0
         # True when the last batch written without waiting carried data.
         self._carried_data = False
-        # True once the frames being let settle are owed now (``send_owed``).
-        self._owed = False
 
     # -- senders --------------------------------------------------------------------------
 
@@ -148,7 +141,7 @@ class Writer(WriterTask):
         may be waiting for this message).  After a quiet spell it leaves at once, from
         the calling task where the transport allows it.  Other frames (a NewStream, a
         Close, a reply to a peer that has finished sending) are likely followed by
-        more from the same task: the writer lets them settle (``SETTLE_PASSES``).
+        more from the same task: they settle for a pass first (``WriterTask.resume``).
 
         ``yielding``: the caller yields next and calls ``queued`` again after it, so
         that its own yield is the first pass of settling.  True when it must.
@@ -170,7 +163,6 @@ class Writer(WriterTask):
 
     def _wake(self, *, settle: bool) -> None:
         self._parked = False
-        self._owed = not settle
         self.wake_at = NEVER
         self.resume(settle=settle)
 
@@ -182,30 +174,30 @@ class Writer(WriterTask):
             self._wake(settle=False)
 
     def settled(self) -> None:
-        """Frames were let settle with no writer task running: if their task has not
-        written them, a writer task starts and writes them at once."""
+        """Frames were let settle: if their task has not written them, the writer task
+        wakes (or starts) and writes them at once."""
         if self._outbox.buffer:
-            self._owed = True
             self.start_task()
         else:
             self._parked = True
             self.wake_at = 0
 
+    def settling_frames(self) -> bool:
+        return bool(self._outbox.buffer)
+
     def send_owed(self) -> None:
         """The calling task is done with what it queued for now: it ended a stream's
         sending side, or is about to wait for the peer, who may be waiting for those
         frames.  Where the transport allows it they go to the kernel from this task;
-        elsewhere the writer stops letting passes go by.  Not while a busy program's
+        elsewhere the writer task writes them without waiting for a pass.  Not while a busy program's
         frames are being gathered or written: the writer is on its way."""
         outbox = self._outbox
         if not outbox.buffer or self.writing or self._idle_scope is not None:
             return
         if self.direct:
             self._write_queued(time.perf_counter())
-        else:
-            self._owed = True
-            if self._settling:
-                self.start_task()  # no task lets them settle: one writes them now
+        elif self._settling or self._parked:
+            self._wake(settle=False)  # no pass to wait for: the writer task writes them now
 
     def _write_queued(self, now: float) -> None:
         """Hand what is queued to the kernel from the calling task (one non-blocking
@@ -233,7 +225,6 @@ class Writer(WriterTask):
 
     def flush_now(self) -> None:
         """Stop waiting for idleness: write what is queued now."""
-        self._owed = True
         if self._idle_scope is not None:
             self.wake_at = NEVER
             self._idle_scope.cancel()
@@ -313,16 +304,8 @@ class Writer(WriterTask):
                     self.wake_at = 0 if not self.writing else NEVER
                     if not await self.park():
                         return None
-                # Woken by the first frames after a quiet spell.  Unless they are a
-                # conversation's message, the task that queued them is likely still
-                # at work on this connection (a request's NewStream, Message and
-                # Close; a reply's Message, then its Close): let it finish, so that
-                # its frames leave in one write.  It writes them itself when it is
-                # done (``send_owed``).
-                for _ in range(SETTLE_PASSES):
-                    if self._owed or not outbox.buffer:
-                        break
-                    await trio.lowlevel.cancel_shielded_checkpoint()
+                # Woken by frames after a quiet spell, once they have settled
+                # (``resume``), or by a task done with them (``send_owed``).
                 if not outbox.buffer or self.writing:
                     continue
             elif len(outbox.buffer) < FLUSH_AT:

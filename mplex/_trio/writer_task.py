@@ -5,15 +5,15 @@ A node holds thousands of connections that each send a little now and then, and 
 parked task costs memory (its frames, the trio ``Task``).  So a connection's writer
 task runs only while the connection writes:
 
-* It starts when frames wait for it (``resume``).  Frames that are not a
-  conversation's message are first let settle for one scheduler pass, as a parked
-  writer lets them (see ``mplex._trio.writer``): the task that queued them mostly
-  writes them itself meanwhile (``send_owed``).  On a connection that has written
-  nothing for a period, that pass is kept by one settler per trio run
-  (``_Settler``), and if the task wrote its frames, no writer task starts at all: a
-  connection that sends a little now and then needs no task of its own for it.
-  (Quiet is measured against the last write's ``time.perf_counter()``, as the
-  writer's other timings are: a ``trio.testing.MockClock`` does not make one quiet.)
+* It starts, or wakes, when frames wait for it (``resume``).  Frames that are not a
+  conversation's message are first let settle for a scheduler pass (see
+  ``mplex._trio.writer``): the task that queued them mostly writes them itself
+  meanwhile (``send_owed``).  That pass is kept by one settler per trio run
+  (``_Settler``) for all its connections, and only if the frames are still queued
+  after it does the writer task wake (or start).  So a connection whose tasks write
+  their own requests and replies never wakes a task of its own for them: with many
+  connections, one settler's step a scheduler pass serves them all, where a writer
+  task's wake-up per request cost each connection a step of its own.
 * It ends once it has been parked with nothing written for ``WRITER_IDLES_FOR``
   seconds or so.  Noticing that per connection would need a deadline on every park
   of every writer, which costs a busy connection more than the task's memory is
@@ -30,7 +30,6 @@ They never raise: a system task's exception would end the whole run.
 from __future__ import annotations
 
 import contextvars
-import time
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
@@ -57,8 +56,8 @@ class WriterTask:
 
     # fmt: off
     __slots__ = (
-        "_alive", "_context", "_hosted", "_lot", "_name", "_nursery", "_parked", "_retiring",
-        "_room_lot", "_room_waiters", "_scope", "_seen_write", "_settling", "_write_failed", "last_write",
+        "_alive", "_context", "_hosted", "_lot", "_name", "_nursery", "_parked", "_retiring", "_room_lot",
+        "_room_waiters", "_scope", "_seen_write", "_settler", "_settling", "_write_failed", "last_write",
     )
     # fmt: on
 
@@ -78,6 +77,8 @@ class WriterTask:
         self._write_failed: WriteFailed | None = None
         self._hosted = False
         self._scope: trio.CancelScope | None = None
+        # The run's settler, while the connection runs.
+        self._settler: _Settler | None = None
         # ``_alive`` while it runs; ``_retiring`` once the sweeper told it to end;
         # ``_settling`` while the settler holds it; ``_seen_write`` is ``last_write``
         # at the sweeper's last look (-1: none yet).
@@ -100,37 +101,40 @@ class WriterTask:
         self._nursery, self._context = nursery, contextvars.copy_context()
         self._name, self._write_failed, self._hosted = name, write_failed, hosted
         self._parked = True
+        self._settler = _Settler.join()
 
     def stop_task(self) -> None:
         """No writer task starts again; a parked one wakes, a hosted one is cancelled
         (and the connection's objects no longer refer to its nursery)."""
         self._nursery = self._context = self._write_failed = None
+        settler, self._settler = self._settler, None
+        if settler is not None:
+            settler.leave()
         if self._scope is not None:
             self._scope.cancel()
         self._lot.unpark()
 
     def resume(self, *, settle: bool) -> None:
-        """Wake the parked task, or start one.  ``settle``, on a connection that has
-        written nothing for a period: the settler keeps the pass instead, and a task
-        starts after it only if the frames are still queued (``settled``)."""
-        if self._alive:
-            self._retiring = False  # frames came before it could end: it writes them
-            self._lot.unpark()
-        elif settle and time.perf_counter() - self.last_write > WRITER_IDLES_FOR:
-            # A quiet connection: it may send this little and be quiet again.  One
-            # that wrote within the period is busy, and keeps a task of its own: the
-            # settler's one pass for many connections would hold each of them up
-            # for all the others in a closed loop of requests.
+        """Wake the parked task, or start one.  ``settle``: the settler keeps a pass
+        first, and the task wakes after it only if the frames are still queued
+        (``settled``)."""
+        settler = self._settler
+        if settle and settler is not None:
             if not self._settling:
                 self._settling = True
-                _Settler.enlist(self)
+                settler.add(self)
         else:
             self.start_task()
 
     def start_task(self) -> None:
-        """Start the writer task now, unless it runs or the connection has ended."""
+        """Wake the writer task now, or start it unless the connection has ended."""
+        self._settling = False  # if the settler holds it, its pass no longer counts
+        if self._alive:
+            self._retiring = False  # frames came before it could end: it writes them
+            self._lot.unpark()
+            return
         nursery, context = self._nursery, self._context
-        if not self._alive and nursery is not None and context is not None:
+        if nursery is not None and context is not None:
             self._alive = True
             task = self._run_hosted if self._hosted else self.run
             try:
@@ -153,13 +157,18 @@ class WriterTask:
                 self._scope = None
 
     def after_pass(self) -> None:
-        """The settler's pass went by."""
-        self._settling = False
-        if not self._alive and self._nursery is not None:
-            self.settled()
+        """The settler's pass went by (or the frames left before it did)."""
+        if self._settling:
+            self._settling = False
+            if self._nursery is not None:
+                self.settled()
 
     def settled(self) -> None:
-        """What the frames let settle lead to, when no task ran meanwhile."""
+        """What the frames let settle lead to, when nothing woke the task meanwhile."""
+        raise NotImplementedError
+
+    def settling_frames(self) -> bool:
+        """True while frames the settler holds are still queued."""
         raise NotImplementedError
 
     async def park(self) -> bool:
@@ -272,28 +281,74 @@ class _Sweeper(_RunService):
 
 
 class _Settler(_RunService):
-    """Writers without a task whose frames settle: each is told once a scheduler pass
-    has gone by (``WriterTask.after_pass``)."""
+    """The pass that lets a connection's frames settle, kept for every connection of
+    the trio run at once (``WriterTask.resume``), while any of them runs.
+
+    A writer whose frames are still queued is told (``WriterTask.after_pass``) at the
+    settler's third step after it enlisted, each step in a pass of its own: the first
+    may come in the very pass it enlisted in (when the settler was due to run in it
+    anyway), so only that way has its frames' task surely had a whole pass of its own,
+    whichever order the tasks of a pass run in.  A writer whose frames have left by
+    then is told at once: its task wrote them (the usual case).
+    """
 
     task_name = "mplex: lets frames settle"
 
     def __init__(self) -> None:
-        self._writers: list[WriterTask] = []
+        self._members = 0
+        self._lot = OneTaskLot()
+        # Enlisted, not yet looked at; looked at once, then twice, frames still queued.
+        self._enlisted: list[WriterTask] = []
+        self._looked: list[WriterTask] = []
+        self._again: list[WriterTask] = []
 
     @staticmethod
-    def enlist(writer: WriterTask) -> None:
-        _Settler.of_this_run(_SETTLER).add(writer)
+    def join() -> _Settler:
+        """The run's settler, for one more running connection (``leave`` when it ends)."""
+        settler = _Settler.of_this_run(_SETTLER)
+        settler.enter()
+        return settler
+
+    def enter(self) -> None:
+        self._members += 1
+
+    def leave(self) -> None:
+        self._members -= 1
+        if not self._members:
+            self._lot.unpark()  # to end, if no connection joins meanwhile
 
     def add(self, writer: WriterTask) -> None:
-        self._writers.append(writer)
+        if not self._enlisted:
+            self._lot.unpark()
+        self._enlisted.append(writer)
 
     async def run(self) -> None:
-        # Started in the pass that enlisted the first writer, it runs in the next:
-        # the writers enlisted by then are told after one more pass, as a woken
-        # writer task lets one go by; those enlisted meanwhile wait for the next.
-        while self._writers:
-            due, self._writers = self._writers, []
-            await trio.lowlevel.cancel_shielded_checkpoint()
-            for writer in due:
+        try:
+            while True:
+                for writer in self._again:
+                    writer.after_pass()
+                enlisted, self._enlisted = self._enlisted, []
+                self._again = self._still_settling(self._looked)
+                self._looked = self._still_settling(enlisted)
+                if self._again or self._looked:
+                    await trio.lowlevel.cancel_shielded_checkpoint()
+                elif self._enlisted:
+                    continue  # enlisted as the others were told
+                elif self._members:
+                    await self._lot.park()
+                else:
+                    break
+        finally:
+            if _SETTLER.get() is self:
+                _SETTLER.set(None)
+
+    @staticmethod
+    def _still_settling(writers: list[WriterTask]) -> list[WriterTask]:
+        """Those of ``writers`` whose frames are still queued; the others are told."""
+        left = []
+        for writer in writers:
+            if writer.settling_frames():
+                left.append(writer)
+            else:
                 writer.after_pass()
-        _SETTLER.set(None)
+        return left
