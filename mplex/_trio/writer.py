@@ -189,8 +189,9 @@ class Writer(WriterTask):
         """The calling task is done with what it queued for now: it ended a stream's
         sending side, or is about to wait for the peer, who may be waiting for those
         frames.  Where the transport allows it they go to the kernel from this task;
-        elsewhere the writer task writes them without waiting for a pass.  Not while a busy program's
-        frames are being gathered or written: the writer is on its way."""
+        elsewhere the writer task writes them without waiting for a pass.  Not while
+        a busy program's frames are being gathered or written: the writer is on its
+        way."""
         outbox = self._outbox
         if not outbox.buffer or self.writing or self._idle_scope is not None:
             return
