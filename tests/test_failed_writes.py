@@ -5,6 +5,7 @@ the peer had sent before it hung up, then the reason."""
 from __future__ import annotations
 
 import contextlib
+import socket
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -16,6 +17,7 @@ import mplex
 from tests.helpers import (
     PlainStream,
     RawPeer,
+    frame,
     memory_transport,
     read_all,
     tcp_streams,
@@ -253,3 +255,48 @@ class TestALastFlushThatFails:
             stream.close()  # a Close frame, to a peer that hung up
         assert muxer.end_reason is mplex.EndReason.TRANSPORT_FAILED
         assert muxer.end_error is not None and muxer.end_error.__cause__ is transport.failure
+
+
+async def _writes_fail_on(path: str) -> tuple[trio.abc.Stream, trio.abc.Stream]:
+    """(the peer's end, the server's end) of a connection over ``path`` where every
+    write of the server fails while what the peer sends still arrives."""
+    if path == "memory":
+        peer_end, server_end = trio.testing.memory_stream_pair()
+
+        async def cut() -> None:
+            raise trio.BrokenResourceError("cable cut")
+
+        server_end.send_stream.send_all_hook = cut
+        return peer_end, server_end
+    peer_end, server_end = await tcp_streams()
+    if path.startswith("TLS"):
+        peer_end, server_end = await tls_over(peer_end, server_end)
+        server_end.transport_stream.socket.shutdown(socket.SHUT_WR)  # type: ignore[attr-defined]
+    else:
+        server_end.socket.shutdown(socket.SHUT_WR)  # type: ignore[attr-defined]
+    return peer_end, PlainStream(server_end) if path.endswith("generic") else server_end
+
+
+@pytest.mark.parametrize("path", ["memory", "TCP", "TCP generic", "TLS", "TLS generic"])
+async def test_a_served_connection_whose_writes_fail_ends_after_close_timeout_of_silent_input(
+    path: str, mock_clock: trio.testing.MockClock
+) -> None:
+    """The connection ends with its transport still open (the peer is silent, and
+    never hangs up): the reader stops all the same, so ``serve_connection`` returns,
+    on the socket path, where it waits on the socket itself, as on the others."""
+    mock_clock.autojump_threshold = 0
+    peer_end, server_end = await _writes_fail_on(path)
+
+    async def reply_then_wait(stream: mplex.MplexStream) -> None:
+        await stream.send_all(b"reply")  # the write that fails
+        await stream.receive_some()  # raises why the connection ended
+
+    ask = frame(0, mplex.Flag.NEW_STREAM, b"0") + frame(0, mplex.Flag.MESSAGE_INITIATOR, b"ask")
+    await RawPeer(peer_end).send(ask)
+    started = trio.current_time()
+    with trio.fail_after(30):
+        config = mplex.Config(close_timeout=3)
+        muxer = await mplex.serve_connection(reply_then_wait, server_end, config=config)
+    assert muxer is not None and muxer.end_reason is mplex.EndReason.TRANSPORT_FAILED
+    assert 3 <= trio.current_time() - started < 4
+    await trio.aclose_forcefully(peer_end)

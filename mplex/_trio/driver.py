@@ -20,6 +20,7 @@ reference counting alone frees them.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 
@@ -52,6 +53,7 @@ __all__ = ["Driver"]
 _CLOSED = ConnectionState.CLOSED
 #: Ends logged at DEBUG; the others (a failed transport, a broken protocol) at INFO.
 _ORDINARY_ENDS = frozenset({EndReason.PEER_CLOSED, EndReason.CLOSED})
+_NO_SCOPE = contextlib.nullcontext()
 _CHANGED, _ARRIVED, _SLOT_FREED = Notice.CHANGED, Notice.ARRIVED, Notice.SLOT_FREED
 _CONTROL, _RELEASED = Notice.CONTROL, Notice.RELEASED
 
@@ -288,9 +290,11 @@ class Driver:
                         await self.reader.run(self)
             else:
                 # A nursery of our own would cost a served connection 0.6 KB for its
-                # whole life: the reader runs in a scope that ``end`` cancels, the
-                # writer task in the host's nursery (``_hosted_writer``).
-                with trio.CancelScope() as self._run_scope:
+                # whole life: the writer task runs in the host's nursery, and the reader
+                # here, in a scope that ``end`` cancels; or, where ``end`` can wake it
+                # (``Transport.stop_reader``), in none (a scope costs 0.5 KB).
+                self._run_scope = None if self.transport.stops_reader else trio.CancelScope()
+                with self._run_scope or _NO_SCOPE:
                     task_status.started()
                     del task_status
                     forget_deleted_locals()
@@ -366,6 +370,8 @@ class Driver:
         self.settle()
         if self._run_scope is not None:
             self._run_scope.cancel()
+        else:
+            self.transport.stop_reader()
 
     async def _write_failed(self, cause: Exception, lost_data: bool) -> None:
         """A write failed (``lost_data``: Message frames were lost with it): end the send

@@ -34,6 +34,9 @@ class Transport:
     writes_without_waiting = False
     #: Most buffers one ``writev_nowait`` takes.
     max_buffers = 1
+    #: True where ``stop_reader`` makes the reader task return, as the connection has
+    #: ended: then its reads need no cancel scope to end them.
+    stops_reader = False
     #: Where the transport sends in records of this many bytes (TLS: 16 KiB), the
     #: writer of a bulk transfer sends whole records (0: no such unit).
     record_size = 0
@@ -110,6 +113,11 @@ class Transport:
     def wake_borrower(self) -> None:
         """Make the borrowing task leave its wait on the transport (it looks again)."""
         raise NotImplementedError
+
+    def stop_reader(self) -> None:
+        """The connection has ended: make the reader task look again, wherever it waits
+        on the transport.  Nothing here: without ``stops_reader``, the driver cancels
+        the reader's scope instead."""
 
     def park_reader(self) -> Awaitable[None]:
         """``await park_reader()`` parks the reader task until the borrowing task gives

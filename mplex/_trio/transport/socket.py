@@ -44,6 +44,7 @@ class SocketTransport(Transport):
 
     kind = "socket"
     writes_without_waiting = True
+    stops_reader = True
     #: The kernel refuses a ``writev`` of more buffers with EINVAL.
     max_buffers = (os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 0) or 1024
 
@@ -177,3 +178,8 @@ class SocketTransport(Transport):
 
     def wake_borrower(self) -> None:
         self._wake_waiters()
+
+    def stop_reader(self) -> None:
+        if self.reader_waiting:
+            self._wake_waiters()
+        self._reader_lot.unpark()  # lent: parked until the turn came back
