@@ -181,7 +181,11 @@ class Connection:
     def accept(self) -> StreamRecord:
         """The oldest stream of the backlog (the caller checked there is one)."""
         self.counters.streams_accepted += 1
-        return self.backlog.popitem(last=False)[0]
+        backlog = self.backlog
+        record = backlog.popitem(last=False)[0]
+        if not backlog:
+            backlog.clear()  # an emptied one keeps its table: memory an idle connection holds
+        return record
 
     def take(self, record: StreamRecord, max_bytes: int | None) -> bytes:
         """Up to ``max_bytes`` of ``record``'s unread data (it must have some)."""
