@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Awaitable, Callable, Sequence
-from functools import partial
 from typing import Any, NoReturn
 
 import trio
@@ -102,16 +101,19 @@ async def serve_connection(
     with Unwrapping() as unwrapping:
         if negotiate and not await _negotiated(muxer.transport_stream):
             return None
-        connection = _Connection(muxer, unwrapping)
+        connection = _Connection(muxer, handler, unwrapping)
         async with trio.open_nursery() as handlers:
-            tasks = HandlerTasks(handlers, partial(connection.serve_stream, handler), IDLE_HANDLER_TASKS)
+            tasks = HandlerTasks(handlers, connection.serve_stream, IDLE_HANDLER_TASKS)
             connection.tasks = tasks
             # Streams start their handlers as the reader hands them over, while slots are
             # free; a handler that returns starts those that waited for its slot.  So no
             # task of ours waits in accept_stream, and this one runs the muxer itself.
             connection.take_waiting = start_on_arrival(muxer, connection.start_waiting, handlers)
-            watch = trio.CancelScope()
+            # (Only with an idle timeout: a scope held for a served connection's life
+            # is memory its idle cost counts.)
+            watch = None
             if idle_timeout is not None:
+                watch = trio.CancelScope()
                 handlers.start_soon(connection.close_when_idle, idle_timeout, watch)
             try:
                 await muxer.run()
@@ -121,7 +123,8 @@ async def serve_connection(
                 start_on_arrival(muxer, None)
                 connection.tasks = connection.take_waiting = None
                 tasks.close()
-                watch.cancel()
+                if watch is not None:
+                    watch.cancel()
             # The connection has ended: handlers still running get close_timeout.
             handlers.cancel_scope.deadline = trio.current_time() + muxer.config.close_timeout
         connection.log_summary()
@@ -140,18 +143,19 @@ LOGGED_HANDLER_ERRORS = 5
 
 
 class _Connection:
-    """What ``serve_connection`` keeps of one connection: the handler slots, when the
-    peer was last heard from, and the handler errors logged so far."""
+    """What ``serve_connection`` keeps of one connection: the handler and its slots,
+    when the peer was last heard from, and the handler errors logged so far."""
 
     # fmt: off
     __slots__ = (
-        "_unwrapping", "backlogged", "errors_logged", "errors_unlogged", "free_slots", "log", "muxer",
-        "running", "take_waiting", "tasks",
+        "_unwrapping", "backlogged", "errors_logged", "errors_unlogged", "free_slots", "handler", "log",
+        "muxer", "running", "take_waiting", "tasks",
     )
     # fmt: on
 
-    def __init__(self, muxer: Muxer, unwrapping: Unwrapping) -> None:
+    def __init__(self, muxer: Muxer, handler: StreamHandler, unwrapping: Unwrapping) -> None:
         self.muxer = muxer
+        self.handler = handler
         self._unwrapping = unwrapping
         self.log = ConnectionLog(muxer.name)
         #: Handlers that may still start: taken as a handler starts, given back by the
@@ -186,10 +190,10 @@ class _Connection:
             tasks.start(stream)
 
     @unprotected  # the program's handler, called from the handler tasks' protected code
-    async def serve_stream(self, handler: StreamHandler, stream: MplexStream) -> None:
+    async def serve_stream(self, stream: MplexStream) -> None:
         self.running += 1
         try:
-            await handler(stream)
+            await self.handler(stream)
         except Exception as exc:
             if _ended_under_it(exc):  # the peer's doing, not the handler's error
                 self.log.debug("stream %d (%s): handler ended: %s", stream.id, stream.name, exc)
