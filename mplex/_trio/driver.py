@@ -289,10 +289,10 @@ class Driver:
                     if self._begin(nursery):
                         await self.reader.run(self)
             else:
-                # A nursery of our own would cost a served connection 0.6 KB for its
-                # whole life: the writer task runs in the host's nursery, and the reader
-                # here, in a scope that ``end`` cancels; or, where ``end`` can wake it
-                # (``Transport.stop_reader``), in none (a scope costs 0.5 KB).
+                # No nursery or scope of our own, where it can be helped (each costs a
+                # served connection memory for its whole life): the writer task runs in
+                # the host's nursery, and the reader here, in a scope ``end`` cancels
+                # only where ``end`` cannot wake it otherwise (``Transport.stop_reader``).
                 self._run_scope = None if self.transport.stops_reader else trio.CancelScope()
                 with self._run_scope or _NO_SCOPE:
                     task_status.started()
