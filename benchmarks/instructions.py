@@ -9,7 +9,10 @@ served by ``serve_connection`` (a handler per stream, in its reused tasks), as i
 request/response case.  The program runs twice under ``valgrind --tool=callgrind``,
 with 10 and 30 requests per worker; the difference over the 2,000 extra requests is
 the figure, so start-up and imports drop out.  ``--workload fanout`` counts 1 KiB
-sends on 100 streams instead, and ``--workload send-all`` 32 B ``send_all`` calls on one.
+sends on 100 streams instead, ``--workload send-all`` 32 B ``send_all`` calls on one, and
+``--workload conns`` the many-connections shape: 10 connections (socketpairs), each
+with one loop of requests, a stream per request, as in "100 connections, a request
+loop each".
 
 Each checkout named runs with its own code (its directory first on ``PYTHONPATH``),
 after this one.  Timing still steers a few choices (the writer's quiet spell, its
@@ -30,7 +33,8 @@ import trio
 
 import mplex
 from mplex._bench import peer
-from mplex._bench.server import serve_mplex
+from mplex._bench.many_peer import mplex_request
+from mplex._bench.server import MANY_STREAMS, serve_mplex
 
 #: This checkout (the script runs as a file under callgrind, with another checkout's
 #: ``mplex`` first on the path, so it imports the measuring helper only when counting).
@@ -39,6 +43,8 @@ CHECKOUT = Path(__file__).resolve().parent.parent
 #: Requests (or sends) per worker of the two runs whose difference is counted.
 SHORT, LONG = 10, 30
 WORKERS = 100
+#: Connections of the ``conns`` workload.
+CONNECTIONS = 10
 
 
 async def reqresp(count: int) -> None:
@@ -49,6 +55,27 @@ async def reqresp(count: int) -> None:
         async with mplex.open_muxer(trio.SocketStream(a)) as muxer:
             client.muxer = muxer
             await peer.case_reqresp(client, argparse.Namespace(streams=WORKERS, count=count, per_request=0))
+
+
+async def conns(count: int) -> None:
+    async with trio.open_nursery() as nursery:
+        muxers = []
+        for _ in range(CONNECTIONS):
+            a, b = trio.socket.socketpair()
+            nursery.start_soon(serve_mplex, trio.SocketStream(b))
+            muxer = mplex.Muxer(trio.SocketStream(a), MANY_STREAMS)
+            await nursery.start(muxer.run)
+            muxers.append(muxer)
+
+        async def loop(muxer: mplex.Muxer) -> None:
+            for _ in range(count):
+                await mplex_request(muxer)
+
+        async with trio.open_nursery() as loops:
+            for muxer in muxers:
+                loops.start_soon(loop, muxer)
+        for muxer in muxers:
+            await muxer.aclose()
 
 
 async def sends(count: int, size: int, streams: int) -> None:
@@ -79,6 +106,8 @@ async def sends(count: int, size: int, streams: int) -> None:
 def run_workload(workload: str, count: int) -> None:
     if workload == "reqresp":
         trio.run(reqresp, count)
+    elif workload == "conns":
+        trio.run(conns, count * 10)
     elif workload == "fanout":
         trio.run(sends, count * 2, 1024, WORKERS)
     else:
@@ -89,6 +118,8 @@ def units(workload: str) -> int:
     """Requests or sends that the long run adds to the short one."""
     if workload == "send-all":
         return (LONG - SHORT) * 2000
+    if workload == "conns":
+        return (LONG - SHORT) * 10 * CONNECTIONS
     return (LONG - SHORT) * WORKERS * (2 if workload == "fanout" else 1)
 
 
@@ -111,7 +142,7 @@ def instructions(checkout: Path, workload: str, count: int) -> int:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("others", nargs="*", type=Path, help="other checkouts to count too")
-    parser.add_argument("--workload", choices=["reqresp", "fanout", "send-all"], default="reqresp")
+    parser.add_argument("--workload", choices=["reqresp", "fanout", "send-all", "conns"], default="reqresp")
     parser.add_argument("--run", nargs=2, metavar=("WORKLOAD", "COUNT"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.run:
@@ -119,7 +150,12 @@ def main() -> None:
         return
     if shutil.which("valgrind") is None:
         sys.exit("valgrind is not installed (Debian: apt install valgrind)")
-    unit = {"reqresp": "request (both sides)", "fanout": "1 KiB send", "send-all": "32 B send_all"}
+    unit = {
+        "reqresp": "request (both sides)",
+        "conns": "request (both sides)",
+        "fanout": "1 KiB send",
+        "send-all": "32 B send_all",
+    }
     for checkout in [CHECKOUT, *args.others]:
         short = instructions(checkout.resolve(), args.workload, SHORT)
         long = instructions(checkout.resolve(), args.workload, LONG)
