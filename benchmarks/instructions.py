@@ -12,7 +12,9 @@ the figure, so start-up and imports drop out.  ``--workload fanout`` counts 1 Ki
 sends on 100 streams instead, ``--workload send-all`` 32 B ``send_all`` calls on one, and
 ``--workload conns`` the many-connections shape: 10 connections (socketpairs), each
 with one loop of requests, a stream per request, as in "100 connections, a request
-loop each".
+loop each"; ``--workload conns-floor`` the same loops through the floor with a
+checkpoint per stream call (``mplex._bench.many_peer``), what any mplex offering
+trio's stream API must at least execute.
 
 Each checkout named runs with its own code (its directory first on ``PYTHONPATH``),
 after this one.  Timing still steers a few choices (the writer's quiet spell, its
@@ -33,7 +35,7 @@ import trio
 
 import mplex
 from mplex._bench import peer
-from mplex._bench.many_peer import mplex_request
+from mplex._bench.many_peer import API_CHECKPOINTS, FloorConnection, mplex_request, serve_floor
 from mplex._bench.server import MANY_STREAMS, serve_mplex
 
 #: This checkout (the script runs as a file under callgrind, with another checkout's
@@ -55,6 +57,25 @@ async def reqresp(count: int) -> None:
         async with mplex.open_muxer(trio.SocketStream(a)) as muxer:
             client.muxer = muxer
             await peer.case_reqresp(client, argparse.Namespace(streams=WORKERS, count=count, per_request=0))
+
+
+async def conns_floor(count: int) -> None:
+    async with trio.open_nursery() as nursery:
+        floors = []
+        for _ in range(CONNECTIONS):
+            a, b = trio.socket.socketpair()
+            nursery.start_soon(serve_floor, trio.SocketStream(b), API_CHECKPOINTS["server"])
+            floors.append(FloorConnection(trio.SocketStream(a), API_CHECKPOINTS["client"]))
+
+        async def loop(floor: FloorConnection) -> None:
+            for _ in range(count):
+                await floor.request()
+
+        async with trio.open_nursery() as loops:
+            for floor in floors:
+                loops.start_soon(loop, floor)
+        for floor in floors:
+            await floor.aclose()
 
 
 async def conns(count: int) -> None:
@@ -108,6 +129,8 @@ def run_workload(workload: str, count: int) -> None:
         trio.run(reqresp, count)
     elif workload == "conns":
         trio.run(conns, count * 10)
+    elif workload == "conns-floor":
+        trio.run(conns_floor, count * 10)
     elif workload == "fanout":
         trio.run(sends, count * 2, 1024, WORKERS)
     else:
@@ -118,7 +141,7 @@ def units(workload: str) -> int:
     """Requests or sends that the long run adds to the short one."""
     if workload == "send-all":
         return (LONG - SHORT) * 2000
-    if workload == "conns":
+    if workload.startswith("conns"):
         return (LONG - SHORT) * 10 * CONNECTIONS
     return (LONG - SHORT) * WORKERS * (2 if workload == "fanout" else 1)
 
@@ -142,7 +165,8 @@ def instructions(checkout: Path, workload: str, count: int) -> int:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("others", nargs="*", type=Path, help="other checkouts to count too")
-    parser.add_argument("--workload", choices=["reqresp", "fanout", "send-all", "conns"], default="reqresp")
+    workloads = ["reqresp", "fanout", "send-all", "conns", "conns-floor"]
+    parser.add_argument("--workload", choices=workloads, default="reqresp")
     parser.add_argument("--run", nargs=2, metavar=("WORKLOAD", "COUNT"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.run:
@@ -153,6 +177,7 @@ def main() -> None:
     unit = {
         "reqresp": "request (both sides)",
         "conns": "request (both sides)",
+        "conns-floor": "request (both sides)",
         "fanout": "1 KiB send",
         "send-all": "32 B send_all",
     }
