@@ -292,12 +292,12 @@ class Decoder:
                 start = -1
                 if h >= 0x80:
                     p = n  # unless a minimal two- or three-byte header follows
-                    if pos + 3 < n:
+                    if pos + 2 < n:  # (and at least a length byte after it)
                         b = data[pos + 1]
                         if 0 < b < 0x80:
                             h = (h & 0x7F) | b << 7
                             p = pos + 2
-                        elif b >= 0x80 and 0 < (c := data[pos + 2]) < 0x80:
+                        elif b >= 0x80 and pos + 3 < n and 0 < (c := data[pos + 2]) < 0x80:
                             h = (h & 0x7F) | (b & 0x7F) << 7 | c << 14
                             p = pos + 3
                 if p < n and h & 7 != 7:
