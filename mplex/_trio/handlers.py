@@ -90,7 +90,12 @@ class HandlerTasks:
         """Whether the running task's context differs from a new handler task's: a
         variable set, added or removed (an equal value that is another object counts)."""
         now, fresh = contextvars.copy_context(), self._context
-        return len(now) != len(fresh) or any(now.get(var, now) is not value for var, value in fresh.items())
+        if len(now) != len(fresh):
+            return True
+        for var, value in fresh.items():  # (a loop, not any(): no generator a request)
+            if now.get(var, now) is not value:
+                return True
+        return False
 
     async def _wait_for_stream(self, waiting: _Idle) -> None:
         """Wait, idle, until handed a stream (in ``waiting.stream``); return at once, with
