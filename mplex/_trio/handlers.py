@@ -92,7 +92,7 @@ class HandlerTasks:
         now, fresh = contextvars.copy_context(), self._context
         if len(now) != len(fresh):
             return True
-        for var, value in fresh.items():  # (a loop, not any(): no generator a request)
+        for var, value in fresh.items():  # noqa: SIM110 (a loop: no generator a request)
             if now.get(var, now) is not value:
                 return True
         return False
