@@ -30,6 +30,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import trio
 
@@ -59,44 +60,32 @@ async def reqresp(count: int) -> None:
             await peer.case_reqresp(client, argparse.Namespace(streams=WORKERS, count=count, per_request=0))
 
 
-async def conns_floor(count: int) -> None:
+async def conns(count: int, floor: bool) -> None:
+    """``CONNECTIONS`` connections, each with one loop of ``count`` requests: through
+    this library, or (``floor``) through the floor with a checkpoint per stream call."""
     async with trio.open_nursery() as nursery:
-        floors = []
+        clients: list[Any] = []
         for _ in range(CONNECTIONS):
             a, b = trio.socket.socketpair()
-            nursery.start_soon(serve_floor, trio.SocketStream(b), API_CHECKPOINTS["server"])
-            floors.append(FloorConnection(trio.SocketStream(a), API_CHECKPOINTS["client"]))
+            if floor:
+                nursery.start_soon(serve_floor, trio.SocketStream(b), API_CHECKPOINTS["server"])
+                clients.append(FloorConnection(trio.SocketStream(a), API_CHECKPOINTS["client"]))
+            else:
+                nursery.start_soon(serve_mplex, trio.SocketStream(b))
+                muxer = mplex.Muxer(trio.SocketStream(a), MANY_STREAMS)
+                await nursery.start(muxer.run)
+                clients.append(muxer)
+        request = FloorConnection.request if floor else mplex_request
 
-        async def loop(floor: FloorConnection) -> None:
+        async def loop(client: Any) -> None:
             for _ in range(count):
-                await floor.request()
+                await request(client)
 
         async with trio.open_nursery() as loops:
-            for floor in floors:
-                loops.start_soon(loop, floor)
-        for floor in floors:
-            await floor.aclose()
-
-
-async def conns(count: int) -> None:
-    async with trio.open_nursery() as nursery:
-        muxers = []
-        for _ in range(CONNECTIONS):
-            a, b = trio.socket.socketpair()
-            nursery.start_soon(serve_mplex, trio.SocketStream(b))
-            muxer = mplex.Muxer(trio.SocketStream(a), MANY_STREAMS)
-            await nursery.start(muxer.run)
-            muxers.append(muxer)
-
-        async def loop(muxer: mplex.Muxer) -> None:
-            for _ in range(count):
-                await mplex_request(muxer)
-
-        async with trio.open_nursery() as loops:
-            for muxer in muxers:
-                loops.start_soon(loop, muxer)
-        for muxer in muxers:
-            await muxer.aclose()
+            for client in clients:
+                loops.start_soon(loop, client)
+        for client in clients:
+            await client.aclose()
 
 
 async def sends(count: int, size: int, streams: int) -> None:
@@ -127,10 +116,8 @@ async def sends(count: int, size: int, streams: int) -> None:
 def run_workload(workload: str, count: int) -> None:
     if workload == "reqresp":
         trio.run(reqresp, count)
-    elif workload == "conns":
-        trio.run(conns, count * 10)
-    elif workload == "conns-floor":
-        trio.run(conns_floor, count * 10)
+    elif workload.startswith("conns"):
+        trio.run(conns, count * 10, workload == "conns-floor")
     elif workload == "fanout":
         trio.run(sends, count * 2, 1024, WORKERS)
     else:
