@@ -332,8 +332,14 @@ class Decoder:
                     if h != run_header:
                         if run:
                             append((run_header, run[0] if len(run) == 1 else b"".join(run)))
+                            run = []
+                        if end >= n or data[end] != data[frame_start]:
+                            # The next frame has another header (its first byte differs):
+                            # a lone message, the request/response case, needs no run.
+                            run_header = -1
+                            append((h, data[start:end]))
+                            continue
                         run_header = h
-                        run = []
                     run.append(data[start:end])
                     # The next frame has the same prefix: a run of one stream's equal
                     # writes (the many-small-messages case).  Take it whole, in C.
