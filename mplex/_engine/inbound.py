@@ -192,7 +192,7 @@ class Inbound:
         self._dispatch(conn, frames)
 
     def _dispatch(self, conn: StreamRules, frames: list[RawFrame]) -> None:
-        now = self._clock()  # once a step, for the budgets
+        now = 0.0  # the clock for the budgets: read once a step, when one is spent
         streams = conn.streams
         budgets = conn.budgets
         arrivals = 0
@@ -202,13 +202,15 @@ class Inbound:
             record = streams.get((header >> 3) << 1 | (header & 1))
             if 0 < flag <= _MESSAGE_INITIATOR:
                 if not body:  # ignored on receipt (spec 5.9): nothing to store or wake
+                    now = now or self._clock()
                     budgets.ignored.spend(now)
                 elif record is not None and record.can_receive:
                     self._deliver(conn, record, body)
                 elif record is None or not self._late_data(conn, record):
+                    now = now or self._clock()
                     self._dropped(conn, header, record, now)
             elif flag == _NEW_STREAM:
-                self._new_stream(conn, header >> 3, body, now)
+                self._new_stream(conn, header >> 3, body)
                 arrivals += 1
                 if arrivals == ARRIVALS_PER_STEP:
                     self._held = list(rest)  # for the next step (see ARRIVALS_PER_STEP)
@@ -216,12 +218,15 @@ class Inbound:
             else:
                 reset = flag >= _RESET_RECEIVER
                 if reset:
+                    now = now or self._clock()
                     conn.counters.resets_received += 1
                     budgets.reset.spend(now)
                 if record is None:
+                    now = now or self._clock()
                     self._dropped(conn, header, record, now)
                 elif not (self._remote_reset(conn, record) if reset else self._remote_close(conn, record)):
                     conn.counters.frames_dropped += 1
+                    now = now or self._clock()
                     budgets.ignored.spend(now)  # a repeated Close
 
     def _deliver(self, conn: StreamRules, record: StreamRecord, body: bytes | memoryview) -> None:
@@ -279,7 +284,7 @@ class Inbound:
         else:
             conn.budgets.unknown.spend(now)
 
-    def _new_stream(self, conn: StreamRules, stream_id: int, name: bytes | memoryview, now: float) -> None:
+    def _new_stream(self, conn: StreamRules, stream_id: int, name: bytes | memoryview) -> None:
         """The peer opens ``stream_id``: to the backlog, or refused with a Reset when a
         stream limit or the backlog is full.  A second NewStream for a stream the peer
         has open is a ``ProtocolError``."""
@@ -288,7 +293,7 @@ class Inbound:
             raise ProtocolError(f"NewStream for stream {stream_id}, which the peer already has open")
         config, table = self._config, conn.table
         if table.inbound >= config.max_inbound_streams or len(table.backlog) >= config.accept_backlog:
-            conn.budgets.refused.spend(now)
+            conn.budgets.refused.spend(self._clock())
             table.remember(key)
             conn.counters.streams_refused += 1
             conn.control(stream_id, Flag.RESET_RECEIVER)
