@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from .errors import InvalidVarintError
 
-__all__ = ["MAX_VARINT_BYTES", "MAX_VARINT_VALUE", "decode_uvarint", "encode_uvarint"]
+__all__ = ["MAX_VARINT_BYTES", "MAX_VARINT_VALUE", "decode_uvarint", "encode_uvarint", "encode_uvarints"]
 
 #: The longest varint mplex allows (multiformats unsigned-varint spec).
 MAX_VARINT_BYTES = 9
@@ -49,6 +49,17 @@ def encode_uvarint(value: int) -> bytes:
     if value < 0 or value > MAX_VARINT_VALUE:
         raise ValueError(f"varint value out of range: {value}")
     return _encode_slow(value)
+
+
+def encode_uvarints(first: int, second: int) -> bytes:
+    """The varints of ``first`` and ``second``, back to back (a frame's header and
+    length), in one call: the common sizes without a call per value."""
+    if 0 <= second < _TABLE_LIMIT:
+        if 0 <= first < _TABLE_LIMIT:
+            return _TABLE[first] + _TABLE[second]
+        if 0 <= first < _THREE_BYTES_LIMIT:
+            return bytes(((first & 0x7F) | 0x80, ((first >> 7) & 0x7F) | 0x80, first >> 14)) + _TABLE[second]
+    return encode_uvarint(first) + encode_uvarint(second)
 
 
 def decode_uvarint(data: bytes | bytearray | memoryview, pos: int = 0) -> tuple[int, int] | None:

@@ -14,7 +14,7 @@ import enum
 from collections.abc import Iterator
 from typing import NamedTuple
 
-from .varint import MAX_VARINT_BYTES, encode_uvarint
+from .varint import MAX_VARINT_BYTES, encode_uvarint, encode_uvarints
 
 __all__ = [
     "MAX_MESSAGE_SIZE",
@@ -84,7 +84,7 @@ def frame_prefix(stream_id: int, flag: int, size: int) -> bytes:
     """What goes before a frame's body: its header and length varints.  The one place a
     frame's prefix is made; the caller vouches for the ranges (``Encoder`` checks them
     for callers that cannot)."""
-    return encode_uvarint(stream_id << 3 | flag) + (encode_uvarint(size) if size else b"\0")
+    return encode_uvarints(stream_id << 3 | flag, size)
 
 
 class Encoder:
