@@ -94,10 +94,11 @@ class Reader:
         read = transport.reader_call()
         protocol = self._protocol
         throttle = self._throttle
-        while conn.running:
+        life = conn.life  # (its attribute, not the property: read on every read)
+        while life.running:
             if protocol.input_pending:
                 await trio.lowlevel.cancel_shielded_checkpoint()  # the rest, after a yield
-                if conn.running and not self._resume(conn):
+                if life.running and not self._resume(conn):
                     return
                 continue
             if transport.borrower is not None:
@@ -113,7 +114,7 @@ class Reader:
             with transport.reading():
                 # Input that a receiving task read and left part of (``input_pending``)
                 # is the reader's to finish before it reads again.
-                while transport.borrower is None and conn.running and not protocol.input_pending:
+                while transport.borrower is None and life.running and not protocol.input_pending:
                     if throttle.should_pause():
                         self.paused(True)
                         try:
