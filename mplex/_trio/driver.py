@@ -39,6 +39,7 @@ from ._util import (
     drop_tracebacks,
     explain,
     forget_deleted_locals,
+    protected,
     root_cause,
 )
 from .errors import ConnectionLost, Ending, EndReason, Lifecycle, MuxerClosed
@@ -271,6 +272,7 @@ class Driver:
 
     # -- running and ending -----------------------------------------------------------------------
 
+    @protected
     async def run(self, task_status: trio.TaskStatus[None]) -> None:
         """The reader (in this task) and the writer (a task of its own while there is
         something to write) until the connection ends; see ``Muxer.run``."""

@@ -36,7 +36,7 @@ delivers what the peer had sent (``Reader.linger``).
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any, final
 
 import trio
@@ -46,7 +46,7 @@ from .._engine.record import StreamRecord
 from .._engine.states import ConnectionState
 from .._engine.stats import MuxerStats
 from .._engine.wire import name_bytes
-from ._util import checked_config, checked_transport, forget_deleted_locals, protected, require_trio
+from ._util import checked_config, checked_transport, protected, require_trio
 from .driver import Driver
 from .errors import ConnectionLost, EndReason, MuxerClosed, Unwrapping
 from .stream import MplexStream
@@ -130,8 +130,9 @@ class Muxer:
 
     # -- running and closing ---------------------------------------------------------------
 
-    @protected
-    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+    def run(
+        self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> Coroutine[Any, Any, None]:
         """Run the reader and writer until the connection ends.
 
         Use as ``await nursery.start(muxer.run)``.  Returns normally however the
@@ -145,18 +146,18 @@ class Muxer:
         ``ConnectionLost`` (the ``ssl`` error as its cause) from ``nursery.start`` or
         the ``async with``, once.  So both ends of one TLS connection in one task must
         be started concurrently, as they would be in two programs.
+
+        A plain method that returns the coroutine to await (``await muxer.run()``
+        works as for an async method): a running connection holds no frame of it.  A
+        second call, or a call outside trio, raises at once.
         """
         require_trio("Muxer.run()")
         if self._started:
             raise RuntimeError("Muxer.run() was already called")
         self._started = True
-        # A started task's status refers to the nursery and the task that started it
-        # (``nursery.start``): held for the connection's life, they would outlive
-        # their use by hours.  So only the driver's frame holds it, until started.
-        running = self._driver.run(task_status)
-        del task_status
-        forget_deleted_locals()
-        await running
+        # The driver's coroutine itself, not one of ours awaiting it: a connection
+        # holds the frames of its reader's task for its whole life.
+        return self._driver.run(task_status)
 
     @protected
     async def aclose(self) -> None:
