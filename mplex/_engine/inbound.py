@@ -12,7 +12,7 @@ refer to each other).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from .budget import AbuseBudgets
@@ -99,12 +99,12 @@ class Inbound:
         )
         self._trace = trace
         #: Frames of the last input held back for ``resume`` (``ARRIVALS_PER_STEP``).
-        self._held: list[RawFrame] = []
+        self._held: Sequence[RawFrame] = ()
         #: True while the frames of the current input are traced.
         self._tracing = False
         #: Buffers handed a view of the last input (the decoder's ``views``): before
         #: the next input, those that still hold one get a copy of it instead.
-        self._viewing: list[ReceiveBuffer] = []
+        self._viewing: list[ReceiveBuffer] | None = None  # (made when first needed)
 
     @property
     def pending(self) -> bool:
@@ -172,15 +172,15 @@ class Inbound:
     def _release_views(self) -> None:
         """Give every buffer still holding a view of the last input a copy instead, so
         that unread data keeps no input alive but the current one."""
-        for buffer in self._viewing:
+        for buffer in self._viewing or ():
             buffer.own()
-        self._viewing.clear()
+        self._viewing = None
 
     def resume(self, conn: StreamRules) -> None:
         """The next part of an input left ``pending``: the frames held back after
         ``ARRIVALS_PER_STEP`` new streams, or the next ``Config.frames_per_yield``."""
         if self._held:
-            frames, self._held = self._held, []
+            frames, self._held = self._held, ()
             self._dispatch(conn, frames)
         else:
             self._decoded(conn, self._decoder.resume_raw())
@@ -191,7 +191,7 @@ class Inbound:
             self._trace.received(frames)  # type: ignore[union-attr]
         self._dispatch(conn, frames)
 
-    def _dispatch(self, conn: StreamRules, frames: list[RawFrame]) -> None:
+    def _dispatch(self, conn: StreamRules, frames: Sequence[RawFrame]) -> None:
         now = 0.0  # the clock for the budgets: read once a step, when one is spent
         streams = conn.streams
         budgets = conn.budgets
@@ -233,7 +233,10 @@ class Inbound:
         unread = record.unread
         unread.append(body)
         if type(body) is memoryview:
-            self._viewing.append(unread)
+            if self._viewing is None:
+                self._viewing = [unread]
+            else:
+                self._viewing.append(unread)
         account = conn.unread
         account.total += len(body)
         record.last_delivery = len(body)

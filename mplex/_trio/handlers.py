@@ -44,8 +44,9 @@ class HandlerTasks:
         self._serve = serve
         self._idle_limit = idle_limit
         #: Idle tasks, each with the stream it is handed (None to end): the last to go
-        #: idle is the first woken.
-        self._idle: list[_Idle] = []
+        #: idle is the first woken.  (Made when a task first goes idle: a connection
+        #: whose handler still runs holds none.)
+        self._idle: list[_Idle] | None = None
         self._context = contextvars.copy_context()
         self._closed = False
 
@@ -69,8 +70,8 @@ class HandlerTasks:
     def close(self) -> None:
         """No more streams: idle tasks end now, busy ones when their handler returns."""
         self._closed = True
-        idle, self._idle = self._idle, []
-        for waiting in idle:
+        idle, self._idle = self._idle, None
+        for waiting in idle or ():
             reschedule(waiting.task)
 
     @protected  # the handler is not: ``serve`` is unprotected
@@ -100,9 +101,13 @@ class HandlerTasks:
     async def _wait_for_stream(self, waiting: _Idle) -> None:
         """Wait, idle, until handed a stream (in ``waiting.stream``); return at once, with
         none, when the task is to end."""
-        if self._closed or len(self._idle) >= self._idle_limit:
+        if self._closed:
             return
         idle = self._idle
+        if idle is None:
+            idle = self._idle = []
+        if len(idle) >= self._idle_limit:
+            return
         idle.append(waiting)
 
         def abort(_: Any) -> Abort:
