@@ -15,6 +15,7 @@ import dataclasses
 import json
 import os
 import re
+import signal
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,16 @@ from tests.peers import PEERS, ROLES
 # it there with MPLEX_LIBP2P_TESTS=1, where a missing py-libp2p is an error.
 if not os.environ.get("MPLEX_LIBP2P_TESTS"):
     collect_ignore = ["libp2p"]
+
+# Some tests press Ctrl-C: tests/test_ctrl_c.py in this process, tests/test_cli.py in
+# the programs it starts.  A shell without job control starts a background job with
+# SIGINT ignored; Python then installs no handler of its own, and the programs started
+# inherit the ignored signal, so those tests would fail for a reason of the launch.
+# Python's default handler is put back (the programs started then get theirs too), and
+# the header of the run says so.
+SIGINT_WAS_IGNORED = signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+if SIGINT_WAS_IGNORED:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 ROOT = Path(__file__).resolve().parent.parent
 MATRIX_FILES = ROOT / "docs" / "_matrices"
@@ -126,6 +137,18 @@ MATRICES = [
         ),
     ),
 ]
+
+
+SIGINT_NOTE = "SIGINT was ignored when this run started (a background job?): Python's default handler is back"
+
+
+def pytest_report_header() -> str | None:
+    return SIGINT_NOTE if SIGINT_WAS_IGNORED else None
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if SIGINT_WAS_IGNORED:  # (the header is not shown with -q)
+        terminalreporter.write_line(SIGINT_NOTE)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
