@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import subprocess
-import sys
 import time
 from typing import Any
 
@@ -29,6 +27,8 @@ import trio
 import mplex
 from mplex._bench.many_peer import mplex_request, raise_open_files_limit, raw_request
 from mplex._bench.server import MANY_STREAMS, serve_stream, serve_stream_modes
+
+from ._measure import server, spent
 
 WARMUP = 1.0
 #: The columns' widths.
@@ -68,7 +68,7 @@ async def serve(raw: bool) -> None:
             await mplex.serve_connection(serve_stream_modes, tcp, config=MANY_STREAMS)
 
     listeners = await trio.open_tcp_listeners(0, host="127.0.0.1", backlog=4096)
-    print(listeners[0].socket.getsockname()[1], flush=True)
+    print(f"READY {listeners[0].socket.getsockname()[1]}", flush=True)
     await trio.serve_listeners(handle, listeners)
 
 
@@ -101,38 +101,30 @@ async def client(port: int, conns: int, seconds: float, raw: bool) -> dict[str, 
                     loops.start_soon(loop, peer)
                 await trio.sleep(WARMUP)
                 requests, collections.counting = 0, True
-                started, cpu = time.perf_counter(), time.process_time()
-                await trio.sleep(seconds)
-                stop, collections.counting = True, False
-                wall, cpu = time.perf_counter() - started, time.process_time() - cpu
+                with spent() as took:
+                    await trio.sleep(seconds)
+                    stop, collections.counting = True, False
                 done = requests
             for peer in peers:
                 await peer.aclose()
     finally:
         gc.callbacks.remove(collections)
     return {
-        "req_s": done / wall,
-        "cpu_us": cpu / done * 1e6,
+        "req_s": done / took.wall,
+        "cpu_us": took.cpu / done * 1e6,
         "count": collections.count,
-        "gc_share": sum(collections.seconds) / cpu,
+        "gc_share": sum(collections.seconds) / took.cpu,
     }
 
 
 def one_run(threshold: int, conns: int, seconds: float, raw: bool) -> dict[str, Any]:
-    command = [sys.executable, "-m", "benchmarks.gc_probe", "--serve", "--thresholds", str(threshold)]
-    command += ["--raw"] if raw else []
-    server = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
-    try:
-        assert server.stdout is not None
-        port = int(server.stdout.readline())
+    args = ["-m", "benchmarks.gc_probe", "--serve", "--thresholds", str(threshold)]
+    with server(*args, *(["--raw"] if raw else [])) as (_, port):
         set_threshold(threshold)
         try:
             return trio.run(client, port, conns, seconds, raw)
         finally:
             gc.set_threshold(*DEFAULT)
-    finally:
-        server.kill()
-        server.wait()
 
 
 def row(cells: tuple[str, ...]) -> str:

@@ -34,7 +34,7 @@ if not os.environ.get("MPLEX_LIBP2P_TESTS"):
 # SIGINT ignored; Python then installs no handler of its own, and the programs started
 # inherit the ignored signal, so those tests would fail for a reason of the launch.
 # Python's default handler is put back (the programs started then get theirs too), and
-# the header of the run says so.
+# the run says so, in its header and at its end.
 SIGINT_WAS_IGNORED = signal.getsignal(signal.SIGINT) == signal.SIG_IGN
 if SIGINT_WAS_IGNORED:
     signal.signal(signal.SIGINT, signal.default_int_handler)
