@@ -181,6 +181,42 @@ async def test_a_served_connection_holds_one_nursery_where_its_writer_and_handle
             await stream.aclose()
 
 
+@pytest.mark.parametrize("transport", [memory_transport, tcp_generic_transport, tls_generic_transport])
+async def test_a_muxer_started_in_a_nursery_holds_no_nursery_and_writes_beside_itself(
+    transport: Any,
+) -> None:
+    """Started by ``nursery.start``, the task running ``Muxer.run`` holds no nursery of
+    its own: its writer task runs in the same nursery, beside it, and ends with it.
+    Awaited directly (no nursery to run beside), it keeps its writer in its own."""
+    async with transport() as (client_end, server_end), trio.open_nursery() as nursery:
+        nursery.start_soon(mplex.serve_connection, echo_until_eof, server_end)
+        muxer = mplex.Muxer(client_end)
+        await nursery.start(muxer.run, name="the muxer")
+        [running] = [task for task in nursery.child_tasks if task.name == "the muxer"]
+        stream = await muxer.open_stream()
+        await stream.send_all(b"over the writer task")
+        assert await stream.receive_some() == b"over the writer task"
+        assert running.child_nurseries == []
+        assert [task.name.startswith("mplex writer ") for task in nursery.child_tasks].count(True) == 1
+        await muxer.aclose()
+        await trio.testing.wait_all_tasks_blocked()
+        assert writer_tasks() == 0
+        assert running not in nursery.child_tasks
+
+    async with transport() as (client_end, server_end), trio.open_nursery() as nursery:
+        nursery.start_soon(mplex.serve_connection, echo_until_eof, server_end)
+        muxer = mplex.Muxer(client_end)
+        nursery.start_soon(muxer.run, name="the muxer")
+        await trio.testing.wait_all_tasks_blocked()
+        [running] = [task for task in nursery.child_tasks if task.name == "the muxer"]
+        stream = await muxer.open_stream()
+        await stream.send_all(b"over the writer task")
+        assert await stream.receive_some() == b"over the writer task"
+        [own] = running.child_nurseries
+        assert [task.name.startswith("mplex writer ") for task in own.child_tasks] == [True]
+        await muxer.aclose()
+
+
 @pytest.mark.parametrize("transport", [tcp_transport, tls_transport])
 async def test_over_the_socket_path_connections_ask_and_answer_without_a_writer_task(
     transport: Any,

@@ -282,13 +282,20 @@ class Driver:
             if self.life.running:
                 await self._handshake()
             host = self.host
+            if host is None and task_status is not trio.TASK_STATUS_IGNORED:
+                # Started by ``nursery.start``: the writer task can run beside this one in
+                # that nursery, as it does in ``serve_connection``'s, and an idle
+                # connection holds no nursery of its own (most of a kilobyte).
+                task_status.started()
+                task_status = trio.TASK_STATUS_IGNORED
+                host = trio.lowlevel.current_task().parent_nursery
             if host is None:
                 async with trio.open_nursery() as nursery:
                     self._run_scope = nursery.cancel_scope
                     task_status.started()
                     del task_status  # see Muxer.run
                     forget_deleted_locals()
-                    if self._begin(nursery):
+                    if self._begin(nursery, hosted=False):
                         await self.reader.run(self)
             else:
                 # No nursery or scope of our own, where it can be helped (each costs a
@@ -300,7 +307,7 @@ class Driver:
                     task_status.started()
                     del task_status
                     forget_deleted_locals()
-                    if self._begin(host):
+                    if self._begin(host, hosted=True):
                         await self.reader.run(self)
         finally:
             self.writer.stop()  # no writer task starts once the nursery may close
@@ -313,10 +320,11 @@ class Driver:
                 self.log.log(level, "connection ended: %s", describe(self.life.error))
                 self.finished()
 
-    def _begin(self, nursery: trio.Nursery) -> bool:
-        """Let the writer task start in ``nursery``, if the connection runs."""
+    def _begin(self, nursery: trio.Nursery, *, hosted: bool) -> bool:
+        """Let the writer task start in ``nursery`` (``hosted``: not ``run``'s own), if
+        the connection runs."""
         if self.life.running:
-            self.writer.start(nursery, self.name, self._write_failed, hosted=self.host is not None)
+            self.writer.start(nursery, self.name, self._write_failed, hosted=hosted)
         return self.life.running
 
     async def _handshake(self) -> None:

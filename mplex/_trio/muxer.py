@@ -139,7 +139,10 @@ class Muxer:
         connection ends (peer EOF, transport error, protocol error, ``aclose()``):
         the reason is logged, kept in ``end_reason`` and ``end_error``, and delivered
         to every stream; it never crashes the caller's nursery.  On cancellation it
-        closes the connection and re-raises.
+        closes the connection and re-raises.  While there is something to write, a
+        writer task (named ``mplex writer ...``) runs beside it in the same nursery,
+        and ends with it (awaited directly, ``run`` keeps that task in a nursery of
+        its own).
 
         The transport's handshake (TLS over ``trio.SSLStream``) happens first, before
         ``run`` counts as started, within ``Config.handshake_timeout``: a failure raises
