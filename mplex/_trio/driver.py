@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
 
 import trio
 
@@ -43,6 +43,7 @@ from ._util import (
     root_cause,
 )
 from .errors import ConnectionLost, Ending, EndReason, Lifecycle, MuxerClosed
+from .openings import Openings
 from .reader import Reader
 from .stream import MplexStream
 from .throttle import ReaderThrottle
@@ -59,17 +60,19 @@ _CHANGED, _ARRIVED, _SLOT_FREED = Notice.CHANGED, Notice.ARRIVED, Notice.SLOT_FR
 _CONTROL, _RELEASED = Notice.CONTROL, Notice.RELEASED
 
 
-class Driver:
-    """One mplex connection over a trio stream (``StreamHost`` and ``ReaderHost``)."""
+class Driver(Openings):
+    """One mplex connection over a trio stream (``StreamHost`` and ``ReaderHost``);
+    opening and accepting its streams are ``Openings``'."""
 
     # fmt: off
     __slots__ = (
-        "_accept_lot", "_run_scope", "_slot_lot", "config", "host", "life", "log", "name", "on_arrival",
-        "outbox", "protocol", "reader", "throttle", "trace", "transport", "transport_stream", "writer"
+        "_run_scope", "config", "host", "life", "log", "name", "outbox", "protocol", "reader", "throttle",
+        "trace", "transport", "transport_stream", "writer"
     )
     # fmt: on
 
     def __init__(self, transport_stream: trio.abc.Stream, config: Config) -> None:
+        super().__init__()
         self.config = config
         self.transport_stream = transport_stream
         #: A label for log lines: a sequence number and, over a socket (or TLS over
@@ -93,15 +96,9 @@ class Driver:
             flush_delay=config.max_flush_delay,
             close_timeout=config.close_timeout,
         )
-        #: Called as streams arrive, before acceptors are woken (``start_on_arrival``).
-        self.on_arrival: Callable[[], object] | None = None
         #: The nursery the writer task starts in, if not one of ``run``'s own: set by
         #: ``serve_connection``, whose nursery of handlers outlives ``run``.
         self.host: trio.Nursery | None = None
-        # Tasks waiting in accept_stream, and for a stream slot: made when the first
-        # comes (most connections never have one, and each lot costs memory).
-        self._accept_lot: trio.lowlevel.ParkingLot | None = None
-        self._slot_lot: trio.lowlevel.ParkingLot | None = None
         self._run_scope: trio.CancelScope | None = None
 
     @property
@@ -124,30 +121,12 @@ class Driver:
             if events & _CHANGED:
                 self.writer.wake_senders()
             if events & (_ARRIVED | _SLOT_FREED):
-                self._wake_waiting(events)
+                self.wake_waiting(events)
             if events & _RELEASED:
                 self.throttle.recheck()
 
-    def _wake_waiting(self, events: int) -> None:
-        """One acceptor per stream waiting in the backlog, one opener per freed slot
-        (``open_stream`` hands a slot still free on); every task once nothing more may
-        be opened or accepted, so that each raises why."""
-        life = self.life
-        if events & _ARRIVED:
-            accepting = self._accept_lot
-            if life.running:
-                if self.on_arrival is not None:
-                    self.on_arrival()
-                if accepting:
-                    accepting.unpark(count=len(self.protocol.backlog))
-            elif accepting:
-                accepting.unpark_all()
-        opening = self._slot_lot
-        if events & _SLOT_FREED and opening:
-            if life.running and life.send_error is None:
-                opening.unpark()
-            else:
-                opening.unpark_all()
+    def stream_of(self, record: StreamRecord) -> MplexStream:
+        return MplexStream(self, record, self.config.max_send_frame_size)
 
     def _changed_here(self, record: StreamRecord) -> None:
         """The program changed ``record``: wake whoever it concerns, a receiving task
@@ -197,78 +176,6 @@ class Driver:
 
     def receive_error(self, record: StreamRecord) -> BaseException:
         return self.life.receive_error_for(record)
-
-    # -- what the program asks ----------------------------------------------------------------
-
-    async def open_stream(self, name: bytes | None) -> MplexStream:
-        """A new stream of ours (``name`` checked by ``name_bytes``), once the outbox has
-        room and a slot is free."""
-        await trio.lowlevel.checkpoint()
-        protocol, outbox = self.protocol, self.outbox
-        table = protocol.table
-        # Tasks waiting for a slot are served first come, first served, one freed slot
-        # waking one of them (``settle``): a newcomer never takes a slot ahead of them.
-        woken = False
-        try:
-            while True:
-                self.life.check_usable()
-                # not outbox.has_room or protocol.slot_free: their calls are inlined on
-                # the per-request path (see Connection.changed)
-                if len(outbox.buffer) >= outbox.high_water:
-                    await self.writer.wait_for_room()  # NewStream is queued like data
-                elif table.slots_taken < table.max_outbound and (woken or not self._slot_lot):
-                    break
-                else:
-                    if self._slot_lot is None:
-                        self._slot_lot = trio.lowlevel.ParkingLot()
-                    await self._slot_lot.park()
-                    woken = True
-            record = protocol.open(name)
-        finally:
-            waiting = self._slot_lot
-            if waiting and table.slots_taken < table.max_outbound:
-                waiting.unpark()  # a slot is still free (or ours was not taken): the next
-        self.settle()
-        return MplexStream(self, record, self.config.max_send_frame_size)
-
-    def accept_nowait(self) -> MplexStream:
-        """The peer's next stream if one is waiting; ``trio.WouldBlock`` if none is yet;
-        why the connection ended once it has and none is left."""
-        stream = self.accept_waiting()
-        if stream is None:
-            if not self.life.running:
-                self.life.raise_ended()
-            raise trio.WouldBlock
-        return stream
-
-    def accept_waiting(self) -> MplexStream | None:
-        """The peer's next stream if one is waiting, else None."""
-        if not self.protocol.backlog:
-            return None
-        stream = MplexStream(self, self.protocol.accept(), self.config.max_send_frame_size)
-        if self.throttle.blocked:
-            self.throttle.recheck()  # an accepted stream may be what a paused reader waits for
-        return stream
-
-    async def accept_stream(self) -> MplexStream:
-        """The peer's next stream; raises why once the connection has ended."""
-        throttle = self.throttle
-        throttle.acceptors += 1
-        try:
-            backlog = self.protocol.backlog
-            if backlog:
-                await trio.lowlevel.checkpoint()
-            while not backlog:
-                if not self.life.running:
-                    await trio.lowlevel.checkpoint()
-                    self.life.raise_ended()
-                if self._accept_lot is None:
-                    self._accept_lot = trio.lowlevel.ParkingLot()
-                await self._accept_lot.park()
-            return MplexStream(self, self.protocol.accept(), self.config.max_send_frame_size)
-        finally:
-            throttle.acceptors -= 1
-            throttle.recheck()  # an accepted stream, or no acceptor left
 
     # -- running and ending -----------------------------------------------------------------------
 
