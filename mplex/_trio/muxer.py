@@ -63,9 +63,10 @@ class Muxer:
     and closes the transport.  The reader runs in the task that runs ``run()``, which
     ``open_muxer`` names ``mplex <name>`` (``name`` is the connection's log label;
     ``serve_connection`` runs it itself).  The writer is a task of its own, named
-    ``mplex writer <name>``, while the connection writes: it starts when frames wait
-    for it and ends once it has written nothing for ``WRITER_IDLES_FOR`` seconds or
-    so, so an idle connection holds one task.  The names are for debuggers and trio
+    ``mplex writer <name>``, while the connection writes, beside the one running
+    ``run()`` in the nursery that started it: it starts when frames wait for it and
+    ends with ``run()``, or once it has written nothing for ``WRITER_IDLES_FOR``
+    seconds or so, so an idle connection holds one task.  The names are for debuggers and trio
     instruments.
     """
 
