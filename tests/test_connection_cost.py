@@ -217,6 +217,55 @@ async def test_a_muxer_started_in_a_nursery_holds_no_nursery_and_writes_beside_i
         await muxer.aclose()
 
 
+def library_frames(task: trio.lowlevel.Task) -> list[str]:
+    """The frames of this library's code in ``task``'s chain of awaits, outermost
+    first: what the task holds of ours while it waits (each costs memory)."""
+    frames, awaited = [], task.coro
+    while awaited is not None:
+        code = getattr(awaited, "cr_code", None) or getattr(awaited, "gi_code", None)
+        if code is None:
+            break
+        if code.co_filename.startswith(MPLEX_DIR):
+            frames.append(code.co_qualname)
+        awaited = getattr(awaited, "cr_await", None) or getattr(awaited, "gi_yieldfrom", None)
+    return frames
+
+
+MPLEX_DIR = os.path.dirname(mplex.__file__)
+
+
+@over_every_transport
+async def test_an_idle_connections_task_waits_in_one_frame_of_the_muxer_above_its_read(
+    transport: Any,
+) -> None:
+    """Started by ``nursery.start`` (as ``open_muxer`` starts it) or served, the task
+    running a connection waits in the reader's coroutine itself, with no frame of the
+    muxer above it: between trio and the read (or the turn a receiving task borrowed),
+    one frame of ours on the client, and ``serve_connection``'s above it on a server."""
+    served: list[trio.lowlevel.Task] = []
+
+    async def serve_in_a_task(server_end: trio.abc.Stream) -> None:
+        served.append(trio.lowlevel.current_task())
+        await mplex.serve_connection(echo_until_eof, server_end)
+
+    async with transport() as (client_end, server_end), trio.open_nursery() as nursery:
+        nursery.start_soon(serve_in_a_task, server_end)
+        muxer = mplex.Muxer(client_end)
+        await nursery.start(muxer.run, name="the muxer")
+        [running] = [task for task in nursery.child_tasks if task.name == "the muxer"]
+        stream = await muxer.open_stream()
+        for _ in range(2):  # the second receive may borrow the read turn
+            await stream.send_all(b"?")
+            assert await stream.receive_some() == b"?"
+        await trio.testing.wait_all_tasks_blocked()
+        client_frames, server_frames = library_frames(running), library_frames(served[0])
+        assert client_frames[0] == "Reader.run" and "Driver" not in " ".join(client_frames)
+        assert len(client_frames) <= 2  # and the transport's read, where it waits
+        assert server_frames[:2] == ["serve_connection", "Reader.run"]
+        assert len(server_frames) <= 3
+        await muxer.aclose()
+
+
 @pytest.mark.parametrize("transport", [tcp_transport, tls_transport])
 async def test_over_the_socket_path_connections_ask_and_answer_without_a_writer_task(
     transport: Any,

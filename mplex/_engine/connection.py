@@ -25,7 +25,7 @@ opener, so it names a stream the peer opened; an odd flag names one we opened.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from .budget import AbuseBudgets
 from .config import Config
@@ -73,7 +73,7 @@ class Notice:
 _CHANGED, _ARRIVED, _SLOT_FREED = Notice.CHANGED, Notice.ARRIVED, Notice.SLOT_FREED
 _CONTROL, _RELEASED = Notice.CONTROL, Notice.RELEASED
 #: ``take_notice`` when nothing happened.
-_NOTHING: tuple[int, list[object]] = (0, [])
+_NOTHING: tuple[int, Sequence[object]] = (0, ())
 
 
 class Connection:
@@ -109,7 +109,8 @@ class Connection:
         self.may_send = True
         # What the layer above must act on, handed over by ``take_notice``.
         self._events = 0
-        self._woken: list[object] = []
+        # (None while no task is to wake: an idle connection holds no list.)
+        self._woken: list[object] | None = None
         self._inbound = Inbound(config, clock, trace)
         #: True while part of the last input waits for ``resume_input`` (an attribute,
         #: set after each input: the reader asks several times a request).
@@ -117,15 +118,17 @@ class Connection:
 
     # -- what the layer above acts on ---------------------------------------------------------
 
-    def take_notice(self) -> tuple[int, list[object]]:
+    def take_notice(self) -> tuple[int, Sequence[object]]:
         """What changed since the last call: the events (``Notice`` bits; 0 if none) and
         the tasks parked on records (``StreamRecord.park``) that must run again."""
         events, woken = self._events, self._woken
-        if not events and not woken:
-            return _NOTHING
+        if woken is None:
+            if not events:
+                return _NOTHING
+            self._events = 0
+            return events, ()
         self._events = 0
-        if woken:
-            self._woken = []
+        self._woken = None
         return events, woken
 
     # -- input ----------------------------------------------------------------------------------
@@ -300,7 +303,11 @@ class Connection:
         task = record.waiter  # record.unpark(), inlined (see changed())
         if task is not None:
             record.waiter = None
-            self._woken.append(task)
+            woken = self._woken
+            if woken is None:
+                self._woken = [task]
+            else:
+                woken.append(task)
 
     def arrived(self, record: StreamRecord) -> None:
         """The peer opened ``record``, which waits in the backlog."""

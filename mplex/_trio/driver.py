@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Coroutine
+from typing import Any
 
 import trio
 
@@ -38,7 +39,6 @@ from ._util import (
     describe,
     drop_tracebacks,
     explain,
-    forget_deleted_locals,
     protected,
     root_cause,
 )
@@ -179,53 +179,72 @@ class Driver(Openings):
 
     # -- running and ending -----------------------------------------------------------------------
 
+    def run(self, task_status: trio.TaskStatus[None]) -> Coroutine[Any, Any, None]:
+        """The coroutine of the connection's task: the reader (in this task) and the
+        writer (a task of its own while there is something to write) until the
+        connection ends; see ``Muxer.run``."""
+        if self.host is None and task_status is trio.TASK_STATUS_IGNORED:
+            return self._run_in_own_nursery()
+        # Started by ``nursery.start``, or served: the writer task can run in that
+        # nursery, and the task runs the reader's coroutine itself, which starts and
+        # finishes the connection through ``start_run`` and ``finish_run``.  So an
+        # idle connection holds neither a nursery nor a frame of the driver's (most
+        # of a kilobyte, and a third of one).
+        return self.reader.run(self, task_status)
+
     @protected
-    async def run(self, task_status: trio.TaskStatus[None]) -> None:
-        """The reader (in this task) and the writer (a task of its own while there is
-        something to write) until the connection ends; see ``Muxer.run``."""
-        if self.config.prime_allocator:
-            prime_allocator()
+    async def _run_in_own_nursery(self) -> None:
+        """``run`` awaited directly: the writer task runs in a nursery of its own."""
         try:
-            if self.life.running:
-                await self._handshake()
-            host = self.host
-            if host is None and task_status is not trio.TASK_STATUS_IGNORED:
-                # Started by ``nursery.start``: the writer task can run beside this one in
-                # that nursery, as it does in ``serve_connection``'s, and an idle
-                # connection holds no nursery of its own (most of a kilobyte).
-                task_status.started()
-                task_status = trio.TASK_STATUS_IGNORED
-                host = trio.lowlevel.current_task().parent_nursery
-            if host is None:
+            if await self._prepare():
                 async with trio.open_nursery() as nursery:
                     self._run_scope = nursery.cancel_scope
-                    task_status.started()
-                    del task_status  # see Muxer.run
-                    forget_deleted_locals()
                     if self._begin(nursery, hosted=False):
                         await self.reader.run(self)
-            else:
-                # No nursery or scope of our own, where it can be helped (each costs a
-                # served connection memory for its whole life): the writer task runs in
-                # the host's nursery, and the reader here, in a scope ``end`` cancels
-                # only where ``end`` cannot wake it otherwise (``Transport.stop_reader``).
-                self._run_scope = None if self.transport.stops_reader else trio.CancelScope()
-                with self._run_scope or _NO_SCOPE:
-                    task_status.started()
-                    del task_status
-                    forget_deleted_locals()
-                    if self._begin(host, hosted=True):
-                        await self.reader.run(self)
         finally:
-            self.writer.stop()  # no writer task starts once the nursery may close
-            self.end(MuxerClosed("the muxer's run() was cancelled"), None, final_state=_CLOSED)
-            try:
-                await self.close_transport()  # raises Cancelled if run() was cancelled
-            finally:
-                # Remote causes at INFO, never WARNING: see mplex._trio._util.
-                level = logging.DEBUG if self.life.end_reason in _ORDINARY_ENDS else logging.INFO
-                self.log.log(level, "connection ended: %s", describe(self.life.error))
-                self.finished()
+            await self.finish_run()
+
+    async def start_run(
+        self, task_status: trio.TaskStatus[None]
+    ) -> contextlib.AbstractContextManager[Any] | None:
+        """Start the connection in the task that runs it, hosted (``run``): the
+        context the reader reads in until the connection ends, or None if it has
+        ended already.  Raises if the handshake fails."""
+        if not await self._prepare():
+            return None
+        task_status.started()
+        host = self.host
+        if host is None:  # the nursery ``nursery.start`` has just moved this task to
+            host = trio.lowlevel.current_task().parent_nursery
+        # No scope of our own where it can be helped (each costs an idle connection
+        # memory): the reader reads in a scope ``end`` cancels only where ``end``
+        # cannot wake it otherwise (``Transport.stop_reader``).
+        self._run_scope = None if self.transport.stops_reader else trio.CancelScope()
+        if host is None or not self._begin(host, hosted=True):
+            return None
+        return self._run_scope or _NO_SCOPE
+
+    async def _prepare(self) -> bool:
+        """What comes before the connection counts as started: whether it runs."""
+        if self.config.prime_allocator:
+            prime_allocator()
+        if self.life.running:
+            await self._handshake()
+        return self.life.running
+
+    async def finish_run(self) -> None:
+        """The connection's task is leaving (the input ended, the connection was
+        closed or cancelled): end it, close the transport, log why it ended.  Raises
+        ``Cancelled`` if the task was cancelled."""
+        self.writer.stop()  # no writer task starts once the nursery may close
+        self.end(MuxerClosed("the muxer's run() was cancelled"), None, final_state=_CLOSED)
+        try:
+            await self.close_transport()  # raises Cancelled if run() was cancelled
+        finally:
+            # Remote causes at INFO, never WARNING: see mplex._trio._util.
+            level = logging.DEBUG if self.life.end_reason in _ORDINARY_ENDS else logging.INFO
+            self.log.log(level, "connection ended: %s", describe(self.life.error))
+            self.finished()
 
     def _begin(self, nursery: trio.Nursery, *, hosted: bool) -> bool:
         """Let the writer task start in ``nursery`` (``hosted``: not ``run``'s own), if

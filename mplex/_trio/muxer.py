@@ -159,8 +159,8 @@ class Muxer:
         if self._started:
             raise RuntimeError("Muxer.run() was already called")
         self._started = True
-        # The driver's coroutine itself, not one of ours awaiting it: a connection
-        # holds the frames of its reader's task for its whole life.
+        # The coroutine the driver hands out, not one of ours awaiting it: a connection
+        # holds the frames of its task for its whole life.
         return self._driver.run(task_status)
 
     @protected

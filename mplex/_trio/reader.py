@@ -17,6 +17,7 @@ peer sent is still delivered, and the connection ends when the input does.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Callable
 
@@ -25,7 +26,7 @@ import trio
 from .._engine.connection import Connection
 from .._engine.errors import ProtocolError
 from .._engine.record import StreamRecord
-from ._util import drop_tracebacks, protected
+from ._util import drop_tracebacks, forget_deleted_locals, protected
 from .errors import ConnectionLost, EndReason, MuxerClosed
 from .throttle import ReaderHost, ReaderThrottle
 from .transport import Transport
@@ -42,6 +43,7 @@ LENDS_SKIPPED = 32
 #: A delivered piece this large means the stream is taking a bulk transfer (see
 #: ``Reader.may_lend``).
 BULK_DELIVERY = 4096
+_NO_CONTEXT = contextlib.nullcontext()
 
 
 class Reader:
@@ -87,57 +89,76 @@ class Reader:
     # -- the reader task ----------------------------------------------------------------------
 
     @protected
-    async def run(self, conn: ReaderHost) -> None:
+    async def run(self, conn: ReaderHost, task_status: trio.TaskStatus[None] | None = None) -> None:
         """The reader task: reads whenever no receiving task holds the read turn,
-        hands what it read to the engine, and pauses for the slow-reader policy."""
-        transport = self._transport
-        read = transport.reader_call()
-        protocol = self._protocol
-        throttle = self._throttle
-        life = conn.life  # (its attribute, not the property: read on every read)
-        while life.running:
-            if protocol.input_pending:
-                await trio.lowlevel.cancel_shielded_checkpoint()  # the rest, after a yield
-                if life.running and not self._resume(conn):
+        hands what it read to the engine, and pauses for the slow-reader policy.
+
+        With ``task_status`` it is the connection's task itself (``Driver.run``): it
+        starts the connection first (``ReaderHost.start_run``) and finishes it last,
+        however it leaves (``ReaderHost.finish_run``).  One frame either way: an idle
+        connection holds it."""
+        hosting = task_status is not None
+        try:
+            if task_status is not None:
+                reading = await conn.start_run(task_status)
+                del task_status  # the nursery that started the task: not held
+                forget_deleted_locals()
+                if reading is None:
                     return
-                continue
-            if transport.borrower is not None:
-                # Lent: parked here, not in a method of its own (a frame an idle
-                # connection would hold), until the borrowing task gives the turn back.
-                self.state = "lent"
-                await transport.park_reader()
-                self.state = "reading"
-                await transport.after_lending(self._flush_delay)
-                continue
-            # A borrower moves the reader aside through this context (over the generic
-            # path, by cancelling it), which it does only while the reader waits.
-            with transport.reading():
-                # Input that a receiving task read and left part of (``input_pending``)
-                # is the reader's to finish before it reads again.
-                while transport.borrower is None and life.running and not protocol.input_pending:
-                    if throttle.should_pause():
-                        self.paused(True)
-                        try:
-                            await throttle.pause(conn)
-                        finally:
-                            self.paused(False)
-                    self.state = "waiting"
-                    try:
-                        data = await read()
-                    except Exception as exc:  # any failure of any transport: it is lost
-                        self._receive_failed(conn, exc)
-                        return
-                    finally:
+            else:
+                reading = _NO_CONTEXT
+            transport = self._transport
+            read = transport.reader_call()
+            protocol = self._protocol
+            throttle = self._throttle
+            life = conn.life  # (its attribute, not the property: read on every read)
+            with reading:
+                while life.running:
+                    if protocol.input_pending:
+                        await trio.lowlevel.cancel_shielded_checkpoint()  # the rest, after a yield
+                        if life.running and not self._resume(conn):
+                            return
+                        continue
+                    if transport.borrower is not None:
+                        # Lent: parked here, not in a method of its own (a frame an idle
+                        # connection would hold), until the borrowing task gives the turn back.
+                        self.state = "lent"
+                        await transport.park_reader()
                         self.state = "reading"
-                    if data is None:
-                        continue  # nothing now, or moved aside: look again
-                    acted = self._feed(conn, data)
-                    if acted is None:
-                        return
-                    if acted and protocol.input_pending:
-                        break  # the rest of this read first, between yields
-                    if transport.yield_due:
-                        await trio.lowlevel.cancel_shielded_checkpoint()
+                        await transport.after_lending(self._flush_delay)
+                        continue
+                    # A borrower moves the reader aside through this context (over the generic
+                    # path, by cancelling it), which it does only while the reader waits.
+                    with transport.reading():
+                        # Input that a receiving task read and left part of (``input_pending``)
+                        # is the reader's to finish before it reads again.
+                        while transport.borrower is None and life.running and not protocol.input_pending:
+                            if throttle.should_pause():
+                                self.paused(True)
+                                try:
+                                    await throttle.pause(conn)
+                                finally:
+                                    self.paused(False)
+                            self.state = "waiting"
+                            try:
+                                data = await read()
+                            except Exception as exc:  # any failure of any transport: it is lost
+                                self._receive_failed(conn, exc)
+                                return
+                            finally:
+                                self.state = "reading"
+                            if data is None:
+                                continue  # nothing now, or moved aside: look again
+                            acted = self._feed(conn, data)
+                            if acted is None:
+                                return
+                            if acted and protocol.input_pending:
+                                break  # the rest of this read first, between yields
+                            if transport.yield_due:
+                                await trio.lowlevel.cancel_shielded_checkpoint()
+        finally:
+            if hosting:
+                await conn.finish_run()
 
     # -- lending the read turn ------------------------------------------------------------
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from typing import Protocol
+from typing import Any, Protocol
 
 import trio
 
@@ -193,3 +193,13 @@ class ReaderHost(Protocol):
     def end(self, error: ConnectionLost, cause: BaseException | None) -> None:
         """The connection ends with ``error`` (chained to ``cause``): the input ended
         or failed, or the peer broke the protocol."""
+
+    async def start_run(
+        self, task_status: trio.TaskStatus[None]
+    ) -> contextlib.AbstractContextManager[Any] | None:
+        """The reader task is the connection's own: start the connection (the
+        handshake, ``task_status.started()``, the writer); the context to read in, or
+        None if the connection has ended already."""
+
+    async def finish_run(self) -> None:
+        """The reader task, the connection's own, is leaving: end the connection."""

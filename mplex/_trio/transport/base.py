@@ -16,6 +16,10 @@ __all__ = ["READ_SIZE", "Transport"]
 #: are decoded per wake-up, small enough to keep the unparsed input bounded.
 READ_SIZE = 256 * 1024
 
+#: The context of reads that need none: one for every connection (``nullcontext`` holds
+#: no state), not one made per entry that the waiting reader would hold.
+_NO_CONTEXT = contextlib.nullcontext()
+
 
 class Transport:
     """What the reader and the writer need of the wire; subclasses say how."""
@@ -62,7 +66,7 @@ class Transport:
 
     def reading(self) -> contextlib.AbstractContextManager[Any]:
         """The context of the reader's reads until it is next moved aside."""
-        return contextlib.nullcontext()
+        return _NO_CONTEXT
 
     def reader_call(self) -> Callable[[], Awaitable[bytes | bytearray | None]]:
         """The reader task's read, fetched once per run: each call is one read, whose
