@@ -56,6 +56,12 @@ async def serve(transport: trio.abc.Stream, servers: list[weakref.ref[Any]]) -> 
     servers.append(weakref.ref(muxer))
 
 
+async def serve_noting_the_task(server_end: trio.abc.Stream, served: list[trio.lowlevel.Task]) -> None:
+    """``serve_connection`` in this task, which lands in ``served``."""
+    served.append(trio.lowlevel.current_task())
+    await mplex.serve_connection(echo_until_eof, server_end)
+
+
 async def hold(
     transport: Callable[[], Any],
     count: int,
@@ -83,6 +89,7 @@ def tasks_named(prefix: str) -> int:
     count, todo = 0, [trio.lowlevel.current_root_task()]
     while todo:
         task = todo.pop()
+        assert task is not None  # inside a run
         count += task.name.startswith(prefix)
         todo.extend(child for nursery in task.child_nurseries for child in nursery.child_tasks)
     return count
@@ -163,13 +170,8 @@ async def test_a_served_connection_holds_one_nursery_where_its_writer_and_handle
     """``serve_connection``'s task holds its nursery of handlers and no other: the
     muxer's writer task runs there too (a nursery costs an idle connection memory)."""
     served: list[trio.lowlevel.Task] = []
-
-    async def serve_in_a_task(server_end: trio.abc.Stream) -> None:
-        served.append(trio.lowlevel.current_task())
-        await mplex.serve_connection(echo_until_eof, server_end)
-
     async with transport() as (client_end, server_end), trio.open_nursery() as nursery:
-        nursery.start_soon(serve_in_a_task, server_end)
+        nursery.start_soon(serve_noting_the_task, server_end, served)
         async with mplex.open_muxer(client_end) as client:
             stream = await client.open_stream()
             await stream.send_all(b"over the writer task")
@@ -220,7 +222,8 @@ async def test_a_muxer_started_in_a_nursery_holds_no_nursery_and_writes_beside_i
 def library_frames(task: trio.lowlevel.Task) -> list[str]:
     """The frames of this library's code in ``task``'s chain of awaits, outermost
     first: what the task holds of ours while it waits (each costs memory)."""
-    frames, awaited = [], task.coro
+    frames: list[str] = []
+    awaited: Any = task.coro
     while awaited is not None:
         code = getattr(awaited, "cr_code", None) or getattr(awaited, "gi_code", None)
         if code is None:
@@ -243,13 +246,8 @@ async def test_an_idle_connections_task_waits_in_one_frame_of_the_muxer_above_it
     muxer above it: between trio and the read (or the turn a receiving task borrowed),
     one frame of ours on the client, and ``serve_connection``'s above it on a server."""
     served: list[trio.lowlevel.Task] = []
-
-    async def serve_in_a_task(server_end: trio.abc.Stream) -> None:
-        served.append(trio.lowlevel.current_task())
-        await mplex.serve_connection(echo_until_eof, server_end)
-
     async with transport() as (client_end, server_end), trio.open_nursery() as nursery:
-        nursery.start_soon(serve_in_a_task, server_end)
+        nursery.start_soon(serve_noting_the_task, server_end, served)
         muxer = mplex.Muxer(client_end)
         await nursery.start(muxer.run, name="the muxer")
         [running] = [task for task in nursery.child_tasks if task.name == "the muxer"]
