@@ -27,6 +27,7 @@ which would make one line per port scan.  ``FrameTrace`` logs every frame at DEB
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import itertools
 import logging
@@ -44,6 +45,7 @@ from .._engine.decoder import Decoder, RawFrame
 from .._engine.wire import MAX_MESSAGE_SIZE, Flag
 
 __all__ = [
+    "NO_CONTEXT",
     "PROTECTION_IS_FREE",
     "Buffer",
     "ConnectionLog",
@@ -68,6 +70,10 @@ __all__ = [
 
 #: What a transport must have when it is not a ``trio.abc.Stream`` subclass.
 _STREAM_METHODS = ("send_all", "receive_some", "aclose")
+
+#: The context of code that needs none: one for the whole library (``nullcontext``
+#: holds no state), not one made per entry that a waiting task would hold.
+NO_CONTEXT = contextlib.nullcontext()
 
 
 def checked_transport(transport: object, name: str = "transport_stream") -> trio.abc.Stream:

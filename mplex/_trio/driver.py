@@ -33,6 +33,7 @@ from .._engine.record import StreamRecord
 from .._engine.states import ConnectionState
 from .._engine.unread import prime_allocator
 from ._util import (
+    NO_CONTEXT,
     ConnectionLog,
     FrameTracer,
     connection_label,
@@ -55,7 +56,6 @@ __all__ = ["Driver"]
 _CLOSED = ConnectionState.CLOSED
 #: Ends logged at DEBUG; the others (a failed transport, a broken protocol) at INFO.
 _ORDINARY_ENDS = frozenset({EndReason.PEER_CLOSED, EndReason.CLOSED})
-_NO_SCOPE = contextlib.nullcontext()
 _CHANGED, _ARRIVED, _SLOT_FREED = Notice.CHANGED, Notice.ARRIVED, Notice.SLOT_FREED
 _CONTROL, _RELEASED = Notice.CONTROL, Notice.RELEASED
 
@@ -222,7 +222,7 @@ class Driver(Openings):
         self._run_scope = None if self.transport.stops_reader else trio.CancelScope()
         if host is None or not self._begin(host, hosted=True):
             return None
-        return self._run_scope or _NO_SCOPE
+        return self._run_scope or NO_CONTEXT
 
     async def _prepare(self) -> bool:
         """What comes before the connection counts as started: whether it runs."""

@@ -17,7 +17,6 @@ peer sent is still delivered, and the connection ends when the input does.
 
 from __future__ import annotations
 
-import contextlib
 import math
 from collections.abc import Callable
 
@@ -26,7 +25,7 @@ import trio
 from .._engine.connection import Connection
 from .._engine.errors import ProtocolError
 from .._engine.record import StreamRecord
-from ._util import drop_tracebacks, forget_deleted_locals, protected
+from ._util import NO_CONTEXT, drop_tracebacks, forget_deleted_locals, protected
 from .errors import ConnectionLost, EndReason, MuxerClosed
 from .throttle import ReaderHost, ReaderThrottle
 from .transport import Transport
@@ -43,7 +42,6 @@ LENDS_SKIPPED = 32
 #: A delivered piece this large means the stream is taking a bulk transfer (see
 #: ``Reader.may_lend``).
 BULK_DELIVERY = 4096
-_NO_CONTEXT = contextlib.nullcontext()
 
 
 class Reader:
@@ -106,7 +104,7 @@ class Reader:
                 if reading is None:
                     return
             else:
-                reading = _NO_CONTEXT
+                reading = NO_CONTEXT
             transport = self._transport
             read = transport.reader_call()
             protocol = self._protocol

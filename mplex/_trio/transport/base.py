@@ -8,17 +8,13 @@ from typing import Any
 
 import trio
 
-from .._util import OneTaskLot
+from .._util import NO_CONTEXT, OneTaskLot
 
 __all__ = ["READ_SIZE", "Transport"]
 
 #: Bytes requested per transport read.  Large enough that thousands of small frames
 #: are decoded per wake-up, small enough to keep the unparsed input bounded.
 READ_SIZE = 256 * 1024
-
-#: The context of reads that need none: one for every connection (``nullcontext`` holds
-#: no state), not one made per entry that the waiting reader would hold.
-_NO_CONTEXT = contextlib.nullcontext()
 
 
 class Transport:
@@ -66,7 +62,7 @@ class Transport:
 
     def reading(self) -> contextlib.AbstractContextManager[Any]:
         """The context of the reader's reads until it is next moved aside."""
-        return _NO_CONTEXT
+        return NO_CONTEXT
 
     def reader_call(self) -> Callable[[], Awaitable[bytes | bytearray | None]]:
         """The reader task's read, fetched once per run: each call is one read, whose
