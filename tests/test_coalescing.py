@@ -542,15 +542,37 @@ class TestRequestsAndRepliesLeaveWhole:
     ) -> None:
         # A task that queues frames and then waits on something else entirely: the
         # writer sends them after letting them settle, with no timer (a frozen clock).
-        async with muxer_pair(transport) as (client, server):
-            stream = await client.open_stream()
-            accepted = await server.accept_stream()
-            await stream.send_all(b"question")
-            await stream.send_eof()
-            assert await read_all(accepted) == b"question"
-            await accepted.send_all(b"answer, and no close")
-            got = await stream.receive_some()
-            assert got == b"answer, and no close"
+        async with trio.open_nursery() as nursery:
+
+            async def converse_then_stop_watching() -> None:
+                await converse_with_frames_nobody_writes(transport)
+                nursery.cancel_scope.cancel()
+
+            nursery.start_soon(converse_then_stop_watching)
+            # Reached only if every task waits before the conversation ends: frames
+            # nobody writes stayed queued.
+            await trio.testing.wait_all_tasks_blocked()
+            pytest.fail("queued frames never left")
+
+    @over_every_transport
+    async def test_frames_nobody_writes_leave_before_the_program_sleeps(self, transport: Any) -> None:
+        # The same, while trio has a deadline to sleep until (this one): the frames
+        # leave as the program would go to sleep, long before it.
+        with trio.fail_after(10):
+            await converse_with_frames_nobody_writes(transport)
+
+
+async def converse_with_frames_nobody_writes(transport: Any) -> None:
+    """Each side queues frames and then waits on something else entirely (the other
+    side): only the writer can send them."""
+    async with muxer_pair(transport) as (client, server):
+        stream = await client.open_stream()
+        accepted = await server.accept_stream()
+        await stream.send_all(b"question")
+        await stream.send_eof()
+        assert await read_all(accepted) == b"question"
+        await accepted.send_all(b"answer, and no close")
+        assert await stream.receive_some() == b"answer, and no close"
 
 
 @pytest.mark.parametrize("attempt", range(20))

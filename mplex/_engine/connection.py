@@ -227,7 +227,7 @@ class Connection:
             if verdict is _OK:
                 self.control(record.id, record.flag(Flag.CLOSE_INITIATOR))
         self.changed(record)
-        if record.is_initiator:  # (changed() released it if the stream finished)
+        if record.holds_slot:  # ours, unless changed() released it as the stream finished
             self._release_slot(record)
 
     def reset(self, record: StreamRecord) -> None:
@@ -295,7 +295,11 @@ class Connection:
         if record.waiter is not None:
             self.wake(record)
         self._events |= _CHANGED
-        if (record.state in FINISHED_STATES or record.broken is not None) and self.table.forget(record):
+        if (
+            (record.state in FINISHED_STATES or record.broken is not None)
+            and self.table.forget(record)
+            and record.holds_slot
+        ):
             self._release_slot(record)
 
     def wake(self, record: StreamRecord) -> None:

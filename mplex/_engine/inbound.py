@@ -87,7 +87,7 @@ class StreamRules(Protocol):
 class Inbound:
     """The input state of one connection: see the module docstring."""
 
-    __slots__ = ("_clock", "_config", "_decoder", "_held", "_trace", "_tracing", "_viewing")
+    __slots__ = ("_clock", "_config", "_decoder", "_held", "_trace", "_tracing", "_viewing", "pending")
 
     def __init__(self, config: Config, clock: Callable[[], float], trace: FrameTrace | None) -> None:
         self._config = config
@@ -105,12 +105,10 @@ class Inbound:
         #: Buffers handed a view of the last input (the decoder's ``views``): before
         #: the next input, those that still hold one get a copy of it instead.
         self._viewing: list[ReceiveBuffer] | None = None  # (made when first needed)
-
-    @property
-    def pending(self) -> bool:
-        """True while part of the last input waits for ``resume`` (``frames_per_yield``,
-        ``ARRIVALS_PER_STEP``)."""
-        return self._decoder.pending or bool(self._held)
+        #: True while part of the last input waits for ``resume`` (``frames_per_yield``,
+        #: ``ARRIVALS_PER_STEP``).  An attribute, set as each input or step ends: the
+        #: connection asks after every input.
+        self.pending = False
 
     @property
     def frames_decoded(self) -> int:
@@ -146,6 +144,7 @@ class Inbound:
                 self.resume(conn)
             raise
         self._decoded(conn, frames)
+        self.pending = self._decoder.pending or bool(self._held)
         return True
 
     def _continues_body(self, conn: StreamRules, data: bytes) -> bool:
@@ -184,6 +183,7 @@ class Inbound:
             self._dispatch(conn, frames)
         else:
             self._decoded(conn, self._decoder.resume_raw())
+        self.pending = self._decoder.pending or bool(self._held)
 
     def _decoded(self, conn: StreamRules, frames: list[RawFrame]) -> None:
         """Frames fresh from the decoder (held frames were traced already)."""

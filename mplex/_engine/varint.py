@@ -16,14 +16,23 @@ from __future__ import annotations
 
 from .errors import InvalidVarintError
 
-__all__ = ["MAX_VARINT_BYTES", "MAX_VARINT_VALUE", "decode_uvarint", "encode_uvarint", "encode_uvarints"]
+__all__ = [
+    "MAX_VARINT_BYTES",
+    "MAX_VARINT_VALUE",
+    "TABLE_LIMIT",
+    "VARINTS",
+    "decode_uvarint",
+    "encode_uvarint",
+    "encode_uvarints",
+]
 
 #: The longest varint mplex allows (multiformats unsigned-varint spec).
 MAX_VARINT_BYTES = 9
 #: The largest value a 9-byte varint can carry.
 MAX_VARINT_VALUE = 2**63 - 1
 
-_TABLE_LIMIT = 1 << 14
+#: Values below this are encoded by ``VARINTS[value]``.
+TABLE_LIMIT = 1 << 14
 _THREE_BYTES_LIMIT = 1 << 21
 
 
@@ -36,13 +45,15 @@ def _encode_slow(value: int) -> bytes:
     return bytes(out)
 
 
-_TABLE: tuple[bytes, ...] = tuple(_encode_slow(v) for v in range(_TABLE_LIMIT))
+#: The encoding of every value below ``TABLE_LIMIT``, for hot paths that index it
+#: themselves (a frame's prefix).
+VARINTS: tuple[bytes, ...] = tuple(_encode_slow(v) for v in range(TABLE_LIMIT))
 
 
 def encode_uvarint(value: int) -> bytes:
     """Return the minimal varint encoding of ``value`` (0 <= value < 2**63)."""
-    if 0 <= value < _TABLE_LIMIT:
-        return _TABLE[value]
+    if 0 <= value < TABLE_LIMIT:
+        return VARINTS[value]
     if 0 <= value < _THREE_BYTES_LIMIT:
         # Stream ids from 2048 on (a long-lived connection's): three bytes, no loop.
         return bytes(((value & 0x7F) | 0x80, ((value >> 7) & 0x7F) | 0x80, value >> 14))
@@ -54,11 +65,11 @@ def encode_uvarint(value: int) -> bytes:
 def encode_uvarints(first: int, second: int) -> bytes:
     """The varints of ``first`` and ``second``, back to back (a frame's header and
     length), in one call: the common sizes without a call per value."""
-    if 0 <= second < _TABLE_LIMIT:
-        if 0 <= first < _TABLE_LIMIT:
-            return _TABLE[first] + _TABLE[second]
+    if 0 <= second < TABLE_LIMIT:
+        if 0 <= first < TABLE_LIMIT:
+            return VARINTS[first] + VARINTS[second]
         if 0 <= first < _THREE_BYTES_LIMIT:
-            return bytes(((first & 0x7F) | 0x80, ((first >> 7) & 0x7F) | 0x80, first >> 14)) + _TABLE[second]
+            return bytes(((first & 0x7F) | 0x80, ((first >> 7) & 0x7F) | 0x80, first >> 14)) + VARINTS[second]
     return encode_uvarint(first) + encode_uvarint(second)
 
 

@@ -14,7 +14,7 @@ import enum
 from collections.abc import Iterator
 from typing import NamedTuple
 
-from .varint import MAX_VARINT_BYTES, encode_uvarint, encode_uvarints
+from .varint import MAX_VARINT_BYTES, TABLE_LIMIT, VARINTS, encode_uvarint, encode_uvarints
 
 __all__ = [
     "MAX_MESSAGE_SIZE",
@@ -84,7 +84,10 @@ def frame_prefix(stream_id: int, flag: int, size: int) -> bytes:
     """What goes before a frame's body: its header and length varints.  The one place a
     frame's prefix is made; the caller vouches for the ranges (``Encoder`` checks them
     for callers that cannot)."""
-    return encode_uvarints(stream_id << 3 | flag, size)
+    header = stream_id << 3 | flag
+    if header < TABLE_LIMIT and size < TABLE_LIMIT:  # a request's frames: no call more
+        return VARINTS[header] + VARINTS[size]
+    return encode_uvarints(header, size)
 
 
 class Encoder:

@@ -118,7 +118,7 @@ class Driver(Openings):
         if events:
             if events & _CONTROL:
                 self.writer.queued()
-            if events & _CHANGED:
+            if events & _CHANGED and self.writer.senders_waiting:
                 self.writer.wake_senders()
             if events & (_ARRIVED | _SLOT_FREED):
                 self.wake_waiting(events)

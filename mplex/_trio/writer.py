@@ -27,7 +27,7 @@ only the wait for idleness below looks at the whole program):
   task writes everything queued (socket path) or ends the writer's wait.  So a
   request leaves in one write, and so does a reply.  In case the task does neither,
   the writer wakes and writes them itself once a scheduler pass has gone by (kept
-  by the run's settler, ``mplex._trio.writer_task``); ``send_all`` asks for that
+  by the run's settler, ``mplex._trio.settler``); ``send_all`` asks for that
   pass only after its own yield, which counts as one more.  No timer is involved:
   nothing waits for the program.
 * Over the socket path the writer's own write is non-blocking too.  It yields after
@@ -210,7 +210,8 @@ class Writer(WriterTask):
         if sent:
             self._trace.sent(outbox.buffer, at_frame, sent)
             outbox.sent_part(sent)
-            self.wake_senders()  # a large send waits for the queue to empty
+            if self.senders_waiting:  # a large send waits for the queue to empty
+                self.wake_senders()
 
     def _hurry(self) -> None:
         """A control frame is queued while the program is busy: once ``CONTROL_WAIT``
@@ -375,7 +376,7 @@ class Writer(WriterTask):
                     self.writing = False
                 outbox.sent(len(data))
                 self.last_write = time.perf_counter()
-                self._refilling = self._room_waiters > 0
+                self._refilling = self.senders_waiting > 0
                 self.wake_senders()
         finally:
             self.task_ended(sweeper)
