@@ -27,7 +27,7 @@ only the wait for idleness below looks at the whole program):
   task writes everything queued (socket path) or ends the writer's wait.  So a
   request leaves in one write, and so does a reply.  In case the task does neither,
   the writer wakes and writes them itself once a scheduler pass has gone by (kept
-  by the run's settler, ``mplex._trio.settler``); ``send_all`` asks for that
+  by the run's settler, ``mplex._trio.writer_task``); ``send_all`` asks for that
   pass only after its own yield, which counts as one more.  No timer is involved:
   nothing waits for the program.
 * Over the socket path the writer's own write is non-blocking too.  It yields after

@@ -8,11 +8,12 @@ task runs only while the connection writes:
 * It starts, or wakes, when frames wait for it (``resume``).  Frames that are not a
   conversation's message are first let settle for a scheduler pass (see
   ``mplex._trio.writer``): the task that queued them mostly writes them itself
-  meanwhile (``send_owed``).  That pass is kept by one settler per trio run, an
-  instrument (``mplex._trio.settler``), for all its connections, and only if the
-  frames are still queued after it does the writer task wake (or start).  So a
-  connection whose tasks write their own requests and replies never wakes a task
-  for them, its own or another.
+  meanwhile (``send_owed``).  That pass is kept by one settler per trio run
+  (``_Settler``) for all its connections, and only if the frames are still queued
+  after it does the writer task wake (or start).  So a connection whose tasks write
+  their own requests and replies never wakes a task of its own for them: with many
+  connections, one settler's step a scheduler pass serves them all, where a writer
+  task's wake-up per request cost each connection a step of its own.
 * It ends once it has been parked with nothing written for ``WRITER_IDLES_FOR``
   seconds or so.  Noticing that per connection would need a deadline on every park
   of every writer, which costs a busy connection more than the task's memory is
@@ -21,9 +22,9 @@ task runs only while the connection writes:
   So an idle writer ends after one to two periods.  Starting it again costs a few
   microseconds, which a connection quiet for that long does not notice.
 
-The sweeper is a system task of the trio run (kept in a ``RunVar``, never
-process-wide), made when first needed and ended once nothing is left for it.  It
-never raises: a system task's exception would end the whole run.
+The settler and the sweeper are system tasks of the trio run (kept in ``RunVar``\\ s,
+never process-wide), made when first needed and ended once nothing is left for them.
+They never raise: a system task's exception would end the whole run.
 """
 
 from __future__ import annotations
@@ -35,7 +36,6 @@ from typing import TypeVar
 import trio
 
 from ._util import OneTaskLot, protected
-from .settler import Settler
 
 __all__ = ["WRITER_IDLES_FOR", "WriteFailed", "WriterTask"]
 
@@ -78,7 +78,7 @@ class WriterTask:
         self._hosted = False
         self._scope: trio.CancelScope | None = None
         # The run's settler, while the connection runs.
-        self._settler: Settler | None = None
+        self._settler: _Settler | None = None
         # ``_alive`` while it runs; ``_retiring`` once the sweeper told it to end;
         # ``_settling`` while the settler holds it; ``_seen_write`` is ``last_write``
         # at the sweeper's last look (-1: none yet).
@@ -102,7 +102,7 @@ class WriterTask:
         self._nursery, self._context = nursery, contextvars.copy_context()
         self._name, self._write_failed, self._hosted = name, write_failed, hosted
         self._parked = True
-        self._settler = Settler.join()
+        self._settler = _Settler.join()
 
     def stop_task(self) -> None:
         """No writer task starts again; a parked one wakes, a hosted one is cancelled
@@ -240,6 +240,7 @@ class _RunService:
 
 S = TypeVar("S", bound=_RunService)
 _SWEEPER: trio.lowlevel.RunVar[_Sweeper | None] = trio.lowlevel.RunVar("mplex.sweeper", default=None)
+_SETTLER: trio.lowlevel.RunVar[_Settler | None] = trio.lowlevel.RunVar("mplex.settler", default=None)
 
 
 class _Sweeper(_RunService):
@@ -274,3 +275,77 @@ class _Sweeper(_RunService):
                 await trio.sleep(WRITER_IDLES_FOR)
                 for writer in list(self._writers):
                     writer.sweep()
+
+
+class _Settler(_RunService):
+    """The pass that lets a connection's frames settle, kept for every connection of
+    the trio run at once (``WriterTask.resume``), while any of them runs.
+
+    A writer whose frames are still queued is told (``WriterTask.after_pass``) at the
+    settler's third step after it enlisted, each step in a pass of its own: the first
+    may come in the very pass it enlisted in (when the settler was due to run in it
+    anyway), so only that way has its frames' task surely had a whole pass of its own,
+    whichever order the tasks of a pass run in.  A writer whose frames have left by
+    then is told at once: its task wrote them (the usual case).
+    """
+
+    task_name = "mplex: lets frames settle"
+
+    def __init__(self) -> None:
+        self._members = 0
+        self._lot = OneTaskLot()
+        # Enlisted, not yet looked at; looked at once, then twice, frames still queued.
+        self._enlisted: list[WriterTask] = []
+        self._looked: list[WriterTask] = []
+        self._again: list[WriterTask] = []
+
+    @staticmethod
+    def join() -> _Settler:
+        """The run's settler, for one more running connection (``leave`` when it ends)."""
+        settler = _Settler.of_this_run(_SETTLER)
+        settler.enter()
+        return settler
+
+    def enter(self) -> None:
+        self._members += 1
+
+    def leave(self) -> None:
+        self._members -= 1
+        if not self._members:
+            self._lot.unpark()  # to end, if no connection joins meanwhile
+
+    def add(self, writer: WriterTask) -> None:
+        if not self._enlisted:
+            self._lot.unpark()
+        self._enlisted.append(writer)
+
+    async def run(self) -> None:
+        try:
+            while True:
+                for writer in self._again:
+                    writer.after_pass()
+                enlisted, self._enlisted = self._enlisted, []
+                self._again = self._still_settling(self._looked)
+                self._looked = self._still_settling(enlisted)
+                if self._again or self._looked:
+                    await trio.lowlevel.cancel_shielded_checkpoint()
+                elif self._enlisted:
+                    continue  # enlisted as the others were told
+                elif self._members:
+                    await self._lot.park()
+                else:
+                    break
+        finally:
+            if _SETTLER.get() is self:
+                _SETTLER.set(None)
+
+    @staticmethod
+    def _still_settling(writers: list[WriterTask]) -> list[WriterTask]:
+        """Those of ``writers`` whose frames are still queued; the others are told."""
+        left = []
+        for writer in writers:
+            if writer.settling_frames():
+                left.append(writer)
+            else:
+                writer.after_pass()
+        return left
