@@ -40,7 +40,6 @@ from .writer import Writer
 
 __all__ = ["MplexStream", "StreamHost"]
 
-
 _ENDED, _CLOSED = Direction.ENDED, Direction.CLOSED
 _SEND_BUSY = "another task is sending on this stream"
 _PRIVATE_SLOTS = "__weakref__ _frame_size _frames _host _outbox _prefix _prefix_size _receiving _record"
