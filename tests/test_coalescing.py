@@ -556,8 +556,8 @@ class TestRequestsAndRepliesLeaveWhole:
 
     @over_every_transport
     async def test_frames_nobody_writes_leave_before_the_program_sleeps(self, transport: Any) -> None:
-        # The same, while trio has a deadline to sleep until (this one): the frames
-        # leave as the program would go to sleep, long before it.
+        # The same with the real clock and a deadline (this test's own): trio would
+        # sleep until it, and the frames must leave as the program goes idle.
         with trio.fail_after(10):
             await converse_with_frames_nobody_writes(transport)
 

@@ -85,7 +85,7 @@ def frame_prefix(stream_id: int, flag: int, size: int) -> bytes:
     frame's prefix is made; the caller vouches for the ranges (``Encoder`` checks them
     for callers that cannot)."""
     header = stream_id << 3 | flag
-    if header < TABLE_LIMIT and size < TABLE_LIMIT:  # a request's frames: no call more
+    if header < TABLE_LIMIT and size < TABLE_LIMIT:  # the common case, without a call
         return VARINTS[header] + VARINTS[size]
     return encode_uvarints(header, size)
 
