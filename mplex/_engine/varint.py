@@ -64,12 +64,11 @@ def encode_uvarint(value: int) -> bytes:
 
 def encode_uvarints(first: int, second: int) -> bytes:
     """The varints of ``first`` and ``second``, back to back (a frame's header and
-    length), in one call: the common sizes without a call per value."""
-    if 0 <= second < TABLE_LIMIT:
-        if 0 <= first < TABLE_LIMIT:
-            return VARINTS[first] + VARINTS[second]
-        if 0 <= first < _THREE_BYTES_LIMIT:
-            return bytes(((first & 0x7F) | 0x80, ((first >> 7) & 0x7F) | 0x80, first >> 14)) + VARINTS[second]
+    length).  ``frame_prefix`` indexes ``VARINTS`` itself for two values below
+    ``TABLE_LIMIT``; a three-byte header (a stream id from 2048 on) before a table
+    length is built here without a call per value."""
+    if TABLE_LIMIT <= first < _THREE_BYTES_LIMIT and 0 <= second < TABLE_LIMIT:
+        return bytes(((first & 0x7F) | 0x80, ((first >> 7) & 0x7F) | 0x80, first >> 14)) + VARINTS[second]
     return encode_uvarint(first) + encode_uvarint(second)
 
 
