@@ -36,8 +36,13 @@ import trio
 
 import mplex
 from mplex._bench import peer
-from mplex._bench.many_peer import API_CHECKPOINTS, FloorConnection, mplex_request, serve_floor
+from mplex._bench.many_peer import mplex_request
 from mplex._bench.server import MANY_STREAMS, serve_mplex
+
+try:
+    from mplex._bench.floor import API_CHECKPOINTS, FloorConnection, serve_floor
+except ImportError:  # a checkout from before the floors had a module of their own
+    from mplex._bench.many_peer import API_CHECKPOINTS, FloorConnection, serve_floor  # type: ignore[attr-defined]
 
 #: This checkout (the script runs as a file under callgrind, with another checkout's
 #: ``mplex`` first on the path, so it imports the measuring helper only when counting).

@@ -17,8 +17,11 @@ RAW_TLS = "raw trio SSLStream, a connection per loop"
 JS = "js-libp2p mplex"
 #: What any mplex on trio must at least do (``mplex._bench.many_peer``).
 FLOOR = "mplex floor: a task per connection, frames by hand"
-#: The same, with the checkpoints trio's stream API adds (``many_peer.API_CHECKPOINTS``).
+#: The same, with the checkpoints trio's stream API adds (``floor.API_CHECKPOINTS``).
 FLOOR_API = "mplex floor with a checkpoint per stream call"
+#: What any mplex on trio must hold for an idle connection with one open stream: a raw
+#: connection and one task more a side (``mplex._bench.floor``).
+IDLE_FLOOR = "mplex floor: a raw connection and one task more a side"
 #: The connection counts of the request loops (over TLS, the first two).
 LOOPS = (1, 100, 1000)
 #: The idle cases' connection counts.
@@ -70,6 +73,7 @@ def many_cases(quick: bool) -> list[Case]:
                 [
                     Run("mplex", "mplex", args, "bytes_per_connection"),
                     Run("raw trio", "raw", args, "bytes_per_connection"),
+                    Run(IDLE_FLOOR, "floor", args, "bytes_per_connection"),
                 ],
             )
         )

@@ -4,17 +4,9 @@ The client opens ``conns`` TCP connections (TLS 1.3 over each with ``--tls 1``):
 ``mplex``, a muxer on each; for ``raw``, plain trio streams.  Every connection starts
 with one marker byte the server's dispatcher reads before anything else: ``M`` (an
 mplex connection follows), ``F`` (the floor's mplex), ``A`` (the ``floor-api``
-impl's), ``R`` (a raw connection, served
-as one echo stream), ``T`` (how many tasks the server holds) or ``Q`` (the run is
-over: the server exits).
-
-The ``floor`` impl is what any mplex on trio must at least do, and nothing more: one
-task per connection on each side, speaking mplex frames by hand.  A request is one
-write of NewStream, Message and Close; the server answers each Close with one write of
-its Message and Close.  No muxer can be cheaper on trio: it adds concurrent streams,
-limits and a reader task of its own.  The ``floor-api`` impl adds the scheduler
-passes of a trio-style stream API (``API_CHECKPOINTS``): the least any mplex offering
-trio's stream API can do.
+impl's), ``I`` (the idle floor's: a raw echo connection and one task more; the floors
+are in ``mplex._bench.floor``), ``R`` (a raw connection, served as one echo stream),
+``T`` (how many tasks the server holds) or ``Q`` (the run is over: the server exits).
 
 * ``conns`` case: one loop of requests per connection.  An mplex request is a stream
   of its own: open, 33 B (the server's echo mode byte and 32 B), ``send_eof``, the
@@ -25,7 +17,8 @@ trio's stream API can do.
   neither start-up nor handshakes count).
 * ``idle-conns`` case: every connection holds one open stream that has echoed one
   byte (so the server's handler for it runs), then nothing moves.  Reported per
-  connection: RSS growth and trio tasks, on each side.
+  connection: RSS growth and trio tasks, on each side.  Its ``floor`` impl is the
+  idle floor (``mplex._bench.floor``): what any mplex on trio must hold for it.
 """
 
 from __future__ import annotations
@@ -54,18 +47,9 @@ from .channel import (
     secured,
     tls_context,
 )
+from .floor import API_CHECKPOINTS, REQUEST, FloorConnection, serve_floor, serve_idle_floor, wait_to_read
 from .server import MANY_STREAMS, serve_stream, serve_stream_modes
 
-#: The ``floor-api`` impl: the floor, and the scheduler passes trio's conventions add to a
-#: request through a stream API like trio's, where every async call is a checkpoint.  A
-#: client's request makes six calls (``open_stream``, ``send_all``, ``send_eof``, two
-#: ``receive_some``, ``aclose``), of which the floor already yields in two (its write
-#: and its read).  A server's handler is a task of its own, woken by the connection's
-#: reader (a pass), and makes four calls, of which its write yields already and its
-#: first read is the wake-up: ``receive_some`` to EOF and ``aclose`` are two more.
-API_CHECKPOINTS = {"client": 4, "server": 3}
-#: What one request carries (after the echo mode byte) and gets back.
-REQUEST = b"q" * 32
 #: Connections set up at once (a burst of thousands would overflow the listen backlog).
 CONNECTING_AT_ONCE = 64
 #: Seconds the idle cases' connections idle before they are measured.
@@ -119,6 +103,8 @@ async def serve_many(impl: str, tls: bool, fast_path: bool) -> None:
                 await serve_floor(conn)
             elif marker == b"A":
                 await serve_floor(conn, API_CHECKPOINTS["server"])
+            elif marker == b"I":
+                await serve_idle_floor(conn, nursery)
             elif marker == b"T":  # how much is held now: asked while the connections idle
                 held = {"tasks": count_tasks() - base_tasks - 1}  # less this handler's own
                 await conn.send_all(json.dumps(held).encode())
@@ -128,101 +114,6 @@ async def serve_many(impl: str, tls: bool, fast_path: bool) -> None:
 
         nursery.start_soon(trio.serve_listeners, handle, listeners)
     emit(role="server")
-
-
-def parse_frames(buffer: bytearray) -> tuple[list[tuple[int, int, bytes]], int]:
-    """The whole frames at the start of ``buffer`` as (stream id, flag, body), and
-    how many bytes they took: two varints, then the body."""
-    frames: list[tuple[int, int, bytes]] = []
-    pos, end = 0, len(buffer)
-    while True:
-        fields: list[int] = []
-        at = pos
-        for _ in range(2):
-            value = shift = 0
-            while at < end:
-                byte = buffer[at]
-                at += 1
-                value |= (byte & 0x7F) << shift
-                shift += 7
-                if byte < 0x80:
-                    break
-            else:
-                return frames, pos
-            fields.append(value)
-        header, size = fields
-        if at + size > end:
-            return frames, pos
-        frames.append((header >> 3, header & 7, bytes(buffer[at : at + size])))
-        pos = at + size
-
-
-async def serve_floor(conn: trio.abc.Stream, checkpoints: int = 0) -> None:
-    """The floor's server: echo each stream's request (less its mode byte) when its
-    Close arrives, Message and Close in one write, after ``checkpoints`` checkpoints
-    (``API_CHECKPOINTS``)."""
-    prefix = mplex.Encoder().prefix
-    bodies: dict[int, bytes] = {}
-    buffer = bytearray()
-    while data := await conn.receive_some():
-        buffer += data
-        frames, used = parse_frames(buffer)
-        del buffer[:used]
-        for stream_id, flag, body in frames:
-            if flag == mplex.Flag.MESSAGE_INITIATOR:
-                bodies[stream_id] = bodies.get(stream_id, b"") + body
-            elif flag == mplex.Flag.CLOSE_INITIATOR:
-                for _ in range(checkpoints):
-                    await trio.lowlevel.checkpoint()
-                reply = bodies.pop(stream_id, b"")[1:]
-                await conn.send_all(
-                    prefix(stream_id, mplex.Flag.MESSAGE_RECEIVER, len(reply))
-                    + reply
-                    + prefix(stream_id, mplex.Flag.CLOSE_RECEIVER, 0)
-                )
-
-
-class FloorConnection:
-    """The floor's client: one connection, one request at a time, each after
-    ``checkpoints`` checkpoints (``API_CHECKPOINTS``)."""
-
-    def __init__(self, conn: trio.abc.Stream, checkpoints: int = 0) -> None:
-        self.conn = conn
-        self.checkpoints = checkpoints
-        self.next_id = 0
-        self.buffer = bytearray()
-        self.prefix = mplex.Encoder().prefix
-
-    async def request(self) -> None:
-        stream_id, prefix, flag = self.next_id, self.prefix, mplex.Flag
-        self.next_id += 1
-        for _ in range(self.checkpoints):
-            await trio.lowlevel.checkpoint()
-        body = b"E" + REQUEST
-        await self.conn.send_all(
-            prefix(stream_id, flag.NEW_STREAM, 0)
-            + prefix(stream_id, flag.MESSAGE_INITIATOR, len(body))
-            + body
-            + prefix(stream_id, flag.CLOSE_INITIATOR, 0)
-        )
-        reply = b""
-        while True:
-            frames, used = parse_frames(self.buffer)
-            del self.buffer[:used]
-            for _, kind, data in frames:
-                if kind == flag.MESSAGE_RECEIVER:
-                    reply += data
-                elif kind == flag.CLOSE_RECEIVER:
-                    if len(reply) != len(REQUEST):
-                        raise RuntimeError("short reply")
-                    return
-            got = await self.conn.receive_some()
-            if not got:
-                raise RuntimeError("the server hung up")
-            self.buffer += got
-
-    async def aclose(self) -> None:
-        await self.conn.aclose()
 
 
 # -- the client ------------------------------------------------------------------------------
@@ -243,8 +134,9 @@ class Connections:
         await conn.send_all(marker)
         return conn
 
-    async def open_all(self, count: int, nursery: trio.Nursery) -> list[Any]:
-        """``count`` muxers (started in ``nursery``) or raw echo connections."""
+    async def open_all(self, count: int, nursery: trio.Nursery, idle: bool = False) -> list[Any]:
+        """``count`` muxers (started in ``nursery``) or raw echo connections (``idle``:
+        the ``floor`` impl's are the idle floor's, raw echo connections too)."""
         opened: list[Any] = [None] * count
         limit = trio.Semaphore(CONNECTING_AT_ONCE)
 
@@ -254,12 +146,12 @@ class Connections:
                     muxer = mplex.Muxer(await self.connect(b"M"), self.config)
                     await nursery.start(muxer.run)
                     opened[index] = muxer
-                elif self.impl == "floor":
+                elif self.impl == "floor" and not idle:
                     opened[index] = FloorConnection(await self.connect(b"F"))
                 elif self.impl == "floor-api":
                     opened[index] = FloorConnection(await self.connect(b"A"), API_CHECKPOINTS["client"])
                 else:
-                    conn = await self.connect(b"R")
+                    conn = await self.connect(b"I" if self.impl == "floor" else b"R")
                     await conn.send_all(b"E")
                     opened[index] = conn
 
@@ -341,7 +233,7 @@ async def newcomer(connections: Connections, nursery: trio.Nursery) -> float:
     times = []
     for _ in range(5):
         start = time.perf_counter()
-        (peer,) = await connections.open_all(1, nursery)
+        (peer,) = await connections.open_all(1, nursery, idle=True)
         await (mplex_request(peer) if connections.impl == "mplex" else raw_request(peer))
         times.append(time.perf_counter() - start)
         await peer.aclose()
@@ -357,13 +249,15 @@ async def case_idle_conns(args: argparse.Namespace) -> dict[str, Any]:
     before_rss, before_tasks = current_rss(), count_tasks()
     server_rss = process_rss(args.server_pid)
     async with trio.open_nursery() as nursery:
-        peers = await connections.open_all(args.conns, nursery)
+        peers = await connections.open_all(args.conns, nursery, idle=True)
         streams: list[trio.abc.Stream] = []
         for peer in peers:
             stream = await peer.open_stream() if args.impl == "mplex" else peer
             await stream.send_all(b"E." if args.impl == "mplex" else b".")
             await receive_exactly(stream, 1)
             streams.append(stream)
+            if args.impl == "floor":
+                nursery.start_soon(wait_to_read, peer)
         # Idle, as a node's connections mostly are: long enough for the writer tasks
         # to end (``mplex.WRITER_IDLES_FOR``), whichever implementation runs.
         await trio.sleep(IDLE_FOR)
