@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import ssl
 from collections.abc import Callable
 from typing import Any
@@ -26,7 +27,45 @@ from tests.helpers import (
 )
 
 
+#: Set differently by the task that runs a connection and by one that sends on it.
+WHOSE = contextvars.ContextVar("WHOSE", default="unset")
+
+
 class TestStartAndClose:
+    async def test_the_writer_task_runs_in_the_context_of_the_task_that_runs_the_connection(
+        self, nursery: trio.Nursery
+    ) -> None:
+        """What the writer task does (its writes here, its log records in a program)
+        sees the context variables of the task that runs the connection, not those
+        of whichever task's frames made it start."""
+        a, b = trio.testing.memory_stream_pair()
+        seen: list[str] = []
+
+        pump = a.send_stream.send_all_hook  # what moves the bytes to ``b``
+        assert pump is not None
+
+        async def note_whose() -> None:  # runs in the task that writes to the transport
+            seen.append(WHOSE.get())
+            await pump()
+
+        a.send_stream.send_all_hook = note_whose
+        left, right = mplex.Muxer(a), mplex.Muxer(b)
+
+        async def run_left(task_status: trio.TaskStatus[None]) -> None:
+            WHOSE.set("the connection's")
+            await left.run(task_status=task_status)
+
+        await nursery.start(run_left)
+        await nursery.start(right.run)
+        WHOSE.set("the sender's")
+        stream = await left.open_stream()
+        await stream.send_all(b"hi")
+        assert await (await right.accept_stream()).receive_some() == b"hi"
+        assert seen
+        assert set(seen) == {"the connection's"}
+        await left.aclose()
+        await right.aclose()
+
     async def test_run_in_the_callers_nursery(self, nursery: trio.Nursery) -> None:
         a, b = trio.testing.memory_stream_pair()
         left, right = mplex.Muxer(a), mplex.Muxer(b)

@@ -185,7 +185,8 @@ class Connection:
         """The oldest stream of the backlog (the caller checked there is one)."""
         self.counters.streams_accepted += 1
         backlog = self.backlog
-        record = backlog.popitem(last=False)[0]
+        record = next(iter(backlog))
+        del backlog[record]
         if not backlog:
             backlog.clear()  # an emptied one keeps its table: memory an idle connection holds
         return record

@@ -44,9 +44,10 @@ class StreamTable:
         #: Streams the peer opened that are still in the table.
         self.inbound = 0
         #: Inbound streams waiting to be accepted, oldest first (the values are None).
-        #: Not a deque: an empty deque holds a block of its own, and most connections
+        #: A plain dict, which keeps its order: an empty deque holds a block of its
+        #: own, an empty ``OrderedDict`` is twice a dict's size, and most connections
         #: have nothing waiting most of the time.
-        self.backlog: OrderedDict[StreamRecord, None] = OrderedDict()
+        self.backlog: dict[StreamRecord, None] = {}
         # Enough to remember every stream both sides may have open, twice over: a batch
         # reset of all of them must not make their in-flight frames "unknown".
         self.tombstone_limit = max(_TOMBSTONES, 2 * (max_inbound + max_outbound))

@@ -92,7 +92,7 @@ class Driver(Openings):
             protocol,
             self.transport,
             self.throttle,
-            flush_now=self.writer.flush_now,
+            flushes=self.writer,
             flush_delay=config.max_flush_delay,
             close_timeout=config.close_timeout,
         )
@@ -250,7 +250,7 @@ class Driver(Openings):
         """Let the writer task start in ``nursery`` (``hosted``: not ``run``'s own), if
         the connection runs."""
         if self.life.running:
-            self.writer.start(nursery, self.name, self._write_failed, hosted=hosted)
+            self.writer.start(nursery, self.name, self, hosted=hosted)
         return self.life.running
 
     async def _handshake(self) -> None:
@@ -309,7 +309,7 @@ class Driver(Openings):
         else:
             self.transport.stop_reader()
 
-    async def _write_failed(self, cause: Exception, lost_data: bool) -> None:
+    async def write_failed(self, cause: Exception, lost_data: bool) -> None:
         """A write failed (``lost_data``: Message frames were lost with it): end the send
         side; the receive side lingers (``Reader.linger``)."""
         error = ConnectionLost("the transport failed while sending")

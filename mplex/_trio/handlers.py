@@ -12,8 +12,8 @@ handlers run under the same nursery either way, unprotected from ``KeyboardInter
 from __future__ import annotations
 
 import contextvars
-from collections.abc import Callable, Coroutine
-from typing import Any
+from collections.abc import Coroutine
+from typing import Any, Protocol
 
 import trio
 from trio.lowlevel import Abort, Task, current_task, reschedule, wait_task_rescheduled
@@ -21,33 +21,38 @@ from trio.lowlevel import Abort, Task, current_task, reschedule, wait_task_resch
 from ._util import protected
 from .stream import MplexStream
 
-__all__ = ["HANDLER_TASK", "HandlerTasks"]
+__all__ = ["HANDLER_TASK", "HandlerTasks", "StreamServer"]
 
 #: The name of every handler task (trio would otherwise format one per task).
 HANDLER_TASK = "mplex stream handler"
 
 
+class StreamServer(Protocol):
+    """What the handler tasks call (kept, not a bound method of it, which would be
+    memory every served connection holds)."""
+
+    def serve_stream(self, stream: MplexStream) -> Coroutine[Any, Any, None]:
+        """Serve ``stream`` (its handler, in the handler task)."""
+
+
 class HandlerTasks:
-    """Handler tasks in ``nursery``, each calling ``serve(stream)`` for the streams it is
-    given, one after another; at most ``idle_limit`` of them wait for a stream at once
-    (the others end)."""
+    """Handler tasks in ``nursery``, each calling ``server.serve_stream(stream)`` for the
+    streams it is given, one after another; at most ``idle_limit`` of them wait for a
+    stream at once (the others end)."""
 
-    __slots__ = ("_closed", "_context", "_idle", "_idle_limit", "_nursery", "_serve")
+    __slots__ = ("_closed", "_context", "_idle", "_idle_limit", "_nursery", "_server")
 
-    def __init__(
-        self,
-        nursery: trio.Nursery,
-        serve: Callable[[MplexStream], Coroutine[Any, Any, None]],
-        idle_limit: int,
-    ) -> None:
+    def __init__(self, nursery: trio.Nursery, server: StreamServer, idle_limit: int) -> None:
         self._nursery = nursery
-        self._serve = serve
+        self._server = server
         self._idle_limit = idle_limit
         #: Idle tasks, each with the stream it is handed (None to end): the last to go
         #: idle is the first woken.  (Made when a task first goes idle: a connection
         #: whose handler still runs holds none.)
         self._idle: list[_Idle] | None = None
-        self._context = contextvars.copy_context()
+        # The context of the task serving the connection (which no code of ours
+        # changes), not a copy of it now: a copy is memory every connection holds.
+        self._context = current_task().context
         self._closed = False
 
     def start(self, stream: MplexStream) -> None:
@@ -56,12 +61,14 @@ class HandlerTasks:
             waiting = self._idle.pop()
             waiting.stream = stream
             reschedule(waiting.task)
+        # Handed over in a holder, not as an argument: trio 0.27 copies a protected
+        # coroutine's arguments into its frame's locals dict, which would keep the
+        # first stream alive as long as the task.
+        # In a copy of serve_connection's context, whichever task starts it (the
+        # reader as the stream arrives, or a handler task whose handler returned).
+        elif current_task().context is self._context:  # entered now: the current one
+            self._spawn(_Idle(stream))
         else:
-            # Handed over in a holder, not as an argument: trio 0.27 copies a protected
-            # coroutine's arguments into its frame's locals dict, which would keep the
-            # first stream alive as long as the task.
-            # In a copy of serve_connection's context, whichever task starts it (the
-            # reader as the stream arrives, or a handler task whose handler returned).
             self._context.run(self._spawn, _Idle(stream))
 
     def _spawn(self, idle: _Idle) -> None:
@@ -81,7 +88,7 @@ class HandlerTasks:
             stream, me.stream = me.stream, None  # an idle task holds no stream
             if stream is None:
                 return
-            await self._serve(stream)
+            await self._server.serve_stream(stream)
             stream = None
             if self._context_changed():
                 return

@@ -36,8 +36,8 @@ delivers what the peer had sent (``Reader.linger``).
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Callable, Coroutine
-from typing import Any, final
+from collections.abc import AsyncIterator, Coroutine
+from typing import Any, Protocol, final
 
 import trio
 
@@ -49,9 +49,10 @@ from .._engine.wire import name_bytes
 from ._util import checked_config, checked_transport, protected, require_trio
 from .driver import Driver
 from .errors import ConnectionLost, EndReason, MuxerClosed, Unwrapping
+from .openings import ArrivalWatcher
 from .stream import MplexStream
 
-__all__ = ["Muxer", "open_muxer", "start_on_arrival"]
+__all__ = ["Arrivals", "Muxer", "open_muxer", "start_on_arrival"]
 
 
 @final
@@ -294,22 +295,29 @@ class Muxer:
 
 
 def start_on_arrival(
-    muxer: Muxer, start: Callable[[], object] | None, host: trio.Nursery | None = None
-) -> Callable[[], MplexStream | None]:
-    """Have ``start()`` called as streams arrive (None: no more), from the task that
-    read them, before any task waiting in ``accept_stream`` is woken; what it leaves
-    in the backlog is theirs.  ``serve_connection`` starts its handlers so, with no
-    task of its own waiting in ``accept_stream``.  ``host``: a nursery open for as long
-    as ``run`` runs, where the muxer's writer task starts (instead of a nursery of
-    ``run``'s own); ``serve_connection`` lends its nursery of handlers.
+    muxer: Muxer, watcher: ArrivalWatcher | None, host: trio.Nursery | None = None
+) -> Arrivals:
+    """Have ``watcher.start_waiting()`` called as streams arrive (None: no more),
+    from the task that read them, before any task waiting in ``accept_stream`` is
+    woken; what it leaves in the backlog is theirs.  ``serve_connection`` starts its
+    handlers so, with no task of its own waiting in ``accept_stream``.  ``host``: a
+    nursery open for as long as ``run`` runs, where the muxer's writer task starts
+    (instead of a nursery of ``run``'s own); ``serve_connection`` lends its nursery of
+    handlers.
 
-    Returns what ``start`` takes the streams with: ``accept_stream_nowait``, but None
-    once no stream waits (the connection may have ended), not an exception to raise
-    and catch after every arrival."""
+    Returns what the watcher takes the streams from (``Arrivals.accept_waiting``)."""
     driver = muxer._driver
-    driver.on_arrival = start
+    driver.on_arrival = watcher
     driver.host = host
-    return driver.accept_waiting
+    return driver
+
+
+class Arrivals(Protocol):
+    """Where ``start_on_arrival``'s watcher takes the streams that arrived."""
+
+    def accept_waiting(self) -> MplexStream | None:
+        """``accept_stream_nowait``, but None once no stream waits (the connection
+        may have ended), not an exception to raise and catch after every arrival."""
 
 
 def open_muxer(

@@ -11,7 +11,7 @@ idle connection memory.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from typing import Protocol
 
 import trio
 
@@ -24,9 +24,17 @@ from .stream import MplexStream
 from .throttle import ReaderThrottle
 from .writer import Writer
 
-__all__ = ["Openings"]
+__all__ = ["ArrivalWatcher", "Openings"]
 
 _ARRIVED, _SLOT_FREED = Notice.ARRIVED, Notice.SLOT_FREED
+
+
+class ArrivalWatcher(Protocol):
+    """Who is told as streams arrive (``start_on_arrival``): kept, not a bound method
+    of it, which would be memory every served connection holds."""
+
+    def start_waiting(self) -> None:
+        """Streams arrived in the backlog: take them (``accept_waiting``) or leave them."""
 
 
 class Openings:
@@ -43,8 +51,8 @@ class Openings:
     writer: Writer
 
     def __init__(self) -> None:
-        #: Called as streams arrive, before acceptors are woken (``start_on_arrival``).
-        self.on_arrival: Callable[[], object] | None = None
+        #: Told as streams arrive, before acceptors are woken (``start_on_arrival``).
+        self.on_arrival: ArrivalWatcher | None = None
         # Tasks waiting in accept_stream, and for a stream slot: made when the first
         # comes (most connections never have one, and each lot costs memory).
         self._accept_lot: trio.lowlevel.ParkingLot | None = None
@@ -67,7 +75,7 @@ class Openings:
             accepting = self._accept_lot
             if life.running:
                 if self.on_arrival is not None:
-                    self.on_arrival()
+                    self.on_arrival.start_waiting()
                 if accepting:
                     accepting.unpark(count=len(self.protocol.backlog))
             elif accepting:

@@ -18,7 +18,7 @@ peer sent is still delivered, and the connection ends when the input does.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from typing import Protocol
 
 import trio
 
@@ -44,6 +44,13 @@ LENDS_SKIPPED = 32
 BULK_DELIVERY = 4096
 
 
+class Flushing(Protocol):
+    """What the reader asks of the writer."""
+
+    def flush_now(self) -> None:
+        """Write what is queued now, not when the program idles."""
+
+
 class Reader:
     """The receive side of one connection; ``run()`` is the reader task."""
 
@@ -60,7 +67,7 @@ class Reader:
         transport: Transport,
         throttle: ReaderThrottle,
         *,
-        flush_now: Callable[[], None],
+        flushes: Flushing,
         flush_delay: float,
         close_timeout: float,
     ) -> None:
@@ -69,7 +76,8 @@ class Reader:
         self._throttle = throttle
         # Where a write costs one system call, input ends the writer's wait for
         # idleness (see ``_feed``); elsewhere (TLS, noise) a write costs too much more.
-        self._flush_on_input = flush_now if transport.writes_without_waiting else None
+        # (The writer, not its bound method: memory every connection would hold.)
+        self._flush_on_input = flushes if transport.writes_without_waiting else None
         self._flush_delay = flush_delay
         self._close_timeout = close_timeout
         #: What the reader task is doing (``MuxerStats.reader``).
@@ -204,7 +212,7 @@ class Reader:
         waited = False
         start = trio.current_time()
         try:
-            data, waited = await transport.borrow_read(record, self._still_wanted)
+            data, waited = await transport.borrow_read(record, self)
             if data is not None and waited and trio.current_time() - start > LEND_SLOW:
                 self._lends_skipped = LENDS_SKIPPED  # (a local close's wake-up is not slow)
             if data is not None:
@@ -217,10 +225,11 @@ class Reader:
         if not waited:
             await trio.lowlevel.cancel_shielded_checkpoint()
 
-    def _still_wanted(self) -> bool:
+    def still_wanted(self) -> bool:
         """After the borrowing task's wait: whether it still wants to read (its stream
-        may have data by then, or have ended).  (A method, not a closure made for each
-        receive: an idle connection's waiting handler would hold it.)"""
+        may have data by then, or have ended).  (The transport is handed the reader,
+        not a closure or bound method made for each receive: an idle connection's
+        waiting handler would hold it.)"""
         record, conn = self._lent_for, self._lender
         return (
             record is not None
@@ -256,7 +265,7 @@ class Reader:
                 # If the writer waits for the program to idle, what is queued answers
                 # earlier input: it leaves now, and the peer works on it meanwhile,
                 # instead of when the answers to this input are made too.
-                self._flush_on_input()
+                self._flush_on_input.flush_now()
         try:
             if data is None:
                 protocol.resume_input()

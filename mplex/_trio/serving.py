@@ -29,7 +29,7 @@ from ._util import (
 )
 from .errors import ConnectionLost, MuxerClosed, Unwrapping
 from .handlers import HandlerTasks
-from .muxer import Muxer, start_on_arrival
+from .muxer import Arrivals, Muxer, start_on_arrival
 from .select import accept_protocol
 from .stream import MplexStream
 
@@ -103,12 +103,12 @@ async def serve_connection(
             return None
         connection = _Connection(muxer, handler, unwrapping)
         async with trio.open_nursery() as handlers:
-            tasks = HandlerTasks(handlers, connection.serve_stream, IDLE_HANDLER_TASKS)
+            tasks = HandlerTasks(handlers, connection, IDLE_HANDLER_TASKS)
             connection.tasks = tasks
             # Streams start their handlers as the reader hands them over, while slots are
             # free; a handler that returns starts those that waited for its slot.  So no
             # task of ours waits in accept_stream, and this one runs the muxer itself.
-            connection.take_waiting = start_on_arrival(muxer, connection.start_waiting, handlers)
+            connection.arrivals = start_on_arrival(muxer, connection, handlers)
             # (Only with an idle timeout: a scope held for a served connection's life
             # is memory its idle cost counts.)
             watch = None
@@ -121,7 +121,7 @@ async def serve_connection(
                 pass
             finally:  # (cancelled too: these are cycles through the connection)
                 start_on_arrival(muxer, None)
-                connection.tasks = connection.take_waiting = None
+                connection.tasks = connection.arrivals = None
                 tasks.close()
                 if watch is not None:
                     watch.cancel()
@@ -148,8 +148,17 @@ class _Connection:
 
     # fmt: off
     __slots__ = (
-        "_unwrapping", "backlogged", "errors_logged", "errors_unlogged", "free_slots", "handler", "log",
-        "muxer", "running", "take_waiting", "tasks",
+        "_unwrapping",
+        "arrivals",
+        "backlogged",
+        "errors_logged",
+        "errors_unlogged",
+        "free_slots",
+        "handler",
+        "log",
+        "muxer",
+        "running",
+        "tasks",
     )
     # fmt: on
 
@@ -164,8 +173,8 @@ class _Connection:
         self.free_slots = max(1, muxer.config.max_inbound_streams)
         #: The handler tasks (set once they exist).
         self.tasks: HandlerTasks | None = None
-        #: The next stream waiting to be accepted, or None (see ``start_on_arrival``).
-        self.take_waiting: Callable[[], MplexStream | None] | None = None
+        #: Where the streams that arrived wait to be taken (see ``start_on_arrival``).
+        self.arrivals: Arrivals | None = None
         #: True when streams were left waiting for a free slot.
         self.backlogged = False
         self.running = 0  # handlers running now
@@ -175,14 +184,14 @@ class _Connection:
     def start_waiting(self) -> None:
         """Start a handler for each stream waiting to be accepted, while slots are
         free (nothing once the connection has ended)."""
-        tasks, take = self.tasks, self.take_waiting
-        if tasks is None or take is None:
+        tasks, arrivals = self.tasks, self.arrivals
+        if tasks is None or arrivals is None:
             return
         while True:
             if not self.free_slots:
                 self.backlogged = True  # a handler that returns starts the rest
                 return
-            stream = take()
+            stream = arrivals.accept_waiting()
             if stream is None:
                 self.backlogged = False
                 return

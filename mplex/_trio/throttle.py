@@ -61,7 +61,8 @@ class ReaderThrottle:
         #: Seconds the reader spent paused, not counting a pause still going on.
         self.blocked_seconds = 0.0
         self._blocked_since: float | None = None
-        self._drain_lot = OneTaskLot()  # the reader's
+        # Where the paused reader parks: made when it first pauses (most never do).
+        self._drain_lot: OneTaskLot | None = None
 
     def blocked_for(self) -> float:
         """Seconds the reader spent paused, a pause still going on included."""
@@ -72,11 +73,12 @@ class ReaderThrottle:
     def recheck(self) -> None:
         """Something a paused reader waits for may have changed: let it look again."""
         if self.blocked:
-            self._drain_lot.unpark()
+            self.wake()
 
     def wake(self) -> None:
         """Wake a paused reader whatever changed (the connection ended)."""
-        self._drain_lot.unpark()
+        if self._drain_lot is not None:
+            self._drain_lot.unpark()
 
     def should_pause(self) -> bool:
         outbox = self._outbox
@@ -129,6 +131,8 @@ class ReaderThrottle:
                     shed_at = stalled_since + config.accept_grace
                 else:
                     stalled_since = None
+                if self._drain_lot is None:
+                    self._drain_lot = OneTaskLot()
                 with trio.move_on_at(min(policy_deadline, shed_at)) as scope:
                     await self._drain_lot.park()
                 if not scope.cancelled_caught:

@@ -68,7 +68,7 @@ from .._engine.record import StreamRecord
 from .._engine.wire import frame_prefix
 from ._util import FrameTracer, protected, wait_for_idle
 from .transport import Transport
-from .writer_task import WriteFailed, WriterTask
+from .writer_task import FailureHost, WriteFailed, WriterTask
 
 __all__ = ["CONTROL_WAIT", "FLUSH_AT", "QUIET", "Writer"]
 
@@ -166,10 +166,10 @@ class Writer(WriterTask):
         self.wake_at = NEVER
         self.resume(settle=settle)
 
-    def start(self, nursery: trio.Nursery, name: str, write_failed: WriteFailed, *, hosted: bool) -> None:
+    def start(self, nursery: trio.Nursery, name: str, failure_host: FailureHost, *, hosted: bool) -> None:
         """The connection runs: the writer task starts in ``nursery`` when frames need
         it (now, if some were queued before); see ``WriterTask.start``."""
-        super().start(nursery, name, write_failed, hosted=hosted)
+        super().start(nursery, name, failure_host, hosted=hosted)
         if self._outbox.buffer:
             self._wake(settle=False)
 

@@ -31,16 +31,25 @@ from __future__ import annotations
 
 import contextvars
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 import trio
 
 from ._util import OneTaskLot, protected
 
-__all__ = ["WRITER_IDLES_FOR", "WriteFailed", "WriterTask"]
+__all__ = ["WRITER_IDLES_FOR", "FailureHost", "WriteFailed", "WriterTask"]
 
 #: What the writer task calls when a write fails: ``write_failed(error, lost_data)``.
 WriteFailed = Callable[[Exception, bool], Awaitable[None]]
+
+
+class FailureHost(Protocol):
+    """Who hears that a write failed: the connection (kept, not its bound method,
+    which would be memory every connection holds while its writer task is gone)."""
+
+    async def write_failed(self, cause: Exception, lost_data: bool) -> None:
+        """A write failed; ``lost_data``: Message frames were lost with it."""
+
 
 #: Seconds between the sweeper's looks at the parked writers: a writer task that wrote
 #: nothing for one period, and is parked at the next look, ends.
@@ -56,8 +65,8 @@ class WriterTask:
 
     # fmt: off
     __slots__ = (
-        "_alive", "_context", "_hosted", "_lot", "_name", "_nursery", "_parked", "_retiring", "_room_lot",
-        "_scope", "_seen_write", "_settler", "_settling", "_write_failed", "last_write", "senders_waiting",
+        "_alive", "_context", "_failure_host", "_hosted", "_lot", "_name", "_nursery", "_parked", "_retiring",
+        "_room_lot", "_scope", "_seen_write", "_settler", "_settling", "last_write", "senders_waiting",
     )
     # fmt: on
 
@@ -67,14 +76,16 @@ class WriterTask:
     last_write: float
 
     def __init__(self) -> None:
-        self._lot = OneTaskLot()
+        # Where the task parks: made when it first parks, dropped when it ends (most
+        # connections idle with no writer task, and this would be memory they hold).
+        self._lot: OneTaskLot | None = None
         # Where and how the task starts (given by ``start``; None before and after the
         # connection runs): ``_nursery``, in ``_context``, named for ``_name``,
-        # calling ``_write_failed`` if a write fails; ``_scope`` while a hosted one runs.
+        # telling ``_failure_host`` if a write fails; ``_scope`` while a hosted one runs.
         self._nursery: trio.Nursery | None = None
         self._context: contextvars.Context | None = None
         self._name = ""
-        self._write_failed: WriteFailed | None = None
+        self._failure_host: FailureHost | None = None
         self._hosted = False
         self._scope: trio.CancelScope | None = None
         # The run's settler, while the connection runs.
@@ -93,27 +104,28 @@ class WriterTask:
         #: stream's state, and its callers look at this first (an attribute, no call).
         self.senders_waiting = 0
 
-    def start(self, nursery: trio.Nursery, name: str, write_failed: WriteFailed, *, hosted: bool) -> None:
+    def start(self, nursery: trio.Nursery, name: str, failure_host: FailureHost, *, hosted: bool) -> None:
         """The connection runs: the writer task starts in ``nursery`` when needed, in
-        a copy of the calling task's context.  ``hosted``: the nursery is not the
-        connection's own (``serve_connection``'s nursery of handlers), so the task
-        runs in a scope of its own, which ``stop_task`` cancels as the end of ``run``
-        cancels ``run``'s own nursery."""
-        self._nursery, self._context = nursery, contextvars.copy_context()
-        self._name, self._write_failed, self._hosted = name, write_failed, hosted
+        a copy of the calling task's context as it is then (the task's context is
+        kept, not a copy of it now: a copy is memory every connection would hold).
+        ``hosted``: the nursery is not the connection's own (``serve_connection``'s
+        nursery of handlers), so the task runs in a scope of its own, which
+        ``stop_task`` cancels as the end of ``run`` cancels ``run``'s own nursery."""
+        self._nursery, self._context = nursery, trio.lowlevel.current_task().context
+        self._name, self._failure_host, self._hosted = name, failure_host, hosted
         self._parked = True
         self._settler = _Settler.join()
 
     def stop_task(self) -> None:
         """No writer task starts again; a parked one wakes, a hosted one is cancelled
         (and the connection's objects no longer refer to its nursery)."""
-        self._nursery = self._context = self._write_failed = None
+        self._nursery = self._context = self._failure_host = None
         settler, self._settler = self._settler, None
         if settler is not None:
             settler.leave()
         if self._scope is not None:
             self._scope.cancel()
-        self._lot.unpark()
+        self._unpark()
 
     def resume(self, *, settle: bool) -> None:
         """Wake the parked task, or start one.  ``settle``: the settler keeps a pass
@@ -132,18 +144,22 @@ class WriterTask:
         self._settling = False  # if the settler holds it, its pass no longer counts
         if self._alive:
             self._retiring = False  # frames came before it could end: it writes them
-            self._lot.unpark()
+            self._unpark()
             return
-        nursery, context = self._nursery, self._context
-        if nursery is not None and context is not None:
+        nursery, context, host = self._nursery, self._context, self._failure_host
+        if nursery is not None and context is not None and host is not None:
             self._alive = True
             task = self._run_hosted if self._hosted else self.run
+            name = f"mplex writer {self._name}"
             try:
-                # (mypy cannot see start_soon's keyword through Context.run's signature)
-                context.run(nursery.start_soon, task, self._write_failed, name=f"mplex writer {self._name}")  # type: ignore[arg-type]
+                if context is trio.lowlevel.current_task().context:  # entered now: it is the current one
+                    nursery.start_soon(task, host.write_failed, name=name)
+                else:
+                    # (mypy cannot see start_soon's keyword through Context.run's signature)
+                    context.run(nursery.start_soon, task, host.write_failed, name=name)  # type: ignore[arg-type]
             except RuntimeError:  # the run's nursery has closed: the connection ended
                 self._alive = False
-                self._nursery = self._context = self._write_failed = None
+                self._nursery = self._context = self._failure_host = None
 
     async def run(self, write_failed: WriteFailed) -> None:
         """The writer task's work (``Writer.run``)."""
@@ -174,8 +190,15 @@ class WriterTask:
 
     async def park(self) -> bool:
         """Wait for ``resume``; False once the task should end instead."""
-        await self._lot.park()
+        lot = self._lot
+        if lot is None:
+            lot = self._lot = OneTaskLot()
+        await lot.park()
         return not self._retiring
+
+    def _unpark(self) -> None:
+        if self._lot is not None:
+            self._lot.unpark()
 
     def sweep(self) -> None:
         """The sweeper looks: a task parked since its last look, with nothing
@@ -186,7 +209,7 @@ class WriterTask:
             self._seen_write = self.last_write
         else:
             self._retiring = True
-            self._lot.unpark()
+            self._unpark()
 
     def task_started(self) -> _Sweeper:
         """In the new task: the run's sweeper looks at it until ``task_ended``."""
@@ -195,6 +218,7 @@ class WriterTask:
 
     def task_ended(self, sweeper: _Sweeper) -> None:
         self._alive = self._retiring = False
+        self._lot = None
         sweeper.discharge(self)
 
     # -- senders waiting for room ---------------------------------------------------------

@@ -4,17 +4,25 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Protocol
 
 import trio
 
 from .._util import NO_CONTEXT, OneTaskLot
 
-__all__ = ["READ_SIZE", "Transport"]
+__all__ = ["READ_SIZE", "Lender", "Transport"]
 
 #: Bytes requested per transport read.  Large enough that thousands of small frames
 #: are decoded per wake-up, small enough to keep the unparsed input bounded.
 READ_SIZE = 256 * 1024
+
+
+class Lender(Protocol):
+    """Who lent the read turn (the reader; kept, not a bound method of it, which a
+    waiting handler would hold)."""
+
+    def still_wanted(self) -> bool:
+        """After the borrowing task's wait: whether it still wants to read."""
 
 
 class Transport:
@@ -53,7 +61,8 @@ class Transport:
         #: True after a read that did not wait: the reader yields once before the
         #: next, as trio's own ``receive_some`` does, so a flood cannot starve others.
         self.yield_due = False
-        self._reader_lot = OneTaskLot()
+        # Where the reader parks while the turn is lent: made when first lent.
+        self._reader_lot: OneTaskLot | None = None
 
     # -- reading ------------------------------------------------------------------------
 
@@ -75,11 +84,9 @@ class Transport:
     async def _read(self) -> bytes | bytearray | None:
         raise NotImplementedError
 
-    async def borrow_read(
-        self, record: object, still_wanted: Callable[[], bool]
-    ) -> tuple[bytes | bytearray | None, bool]:
+    async def borrow_read(self, record: object, lender: Lender) -> tuple[bytes | bytearray | None, bool]:
         """One read in a receiving task that took the turn (``borrower`` is set): the
-        bytes or None, and whether it waited.  ``still_wanted()`` says, after a wait,
+        bytes or None, and whether it waited.  ``lender.still_wanted()`` says, after a wait,
         whether the task still wants to read (its stream may have data by then)."""
         raise NotImplementedError
 
@@ -122,12 +129,20 @@ class Transport:
     def park_reader(self) -> Awaitable[None]:
         """``await park_reader()`` parks the reader task until the borrowing task gives
         the read turn back (the lot's own wait: no frame of ours while it is parked)."""
-        return self._reader_lot.park()
+        lot = self._reader_lot
+        if lot is None:
+            lot = self._reader_lot = OneTaskLot()
+        return lot.park()
 
     def give_turn_back(self) -> None:
         """The borrowing task is done with the read turn: the reader task takes over."""
         self.borrower = None
-        self._reader_lot.unpark()
+        self.unpark_reader()
+
+    def unpark_reader(self) -> None:
+        """Wake the reader task if it is parked (the turn was lent)."""
+        if self._reader_lot is not None:
+            self._reader_lot.unpark()
 
     async def after_lending(self, flush_delay: float) -> None:
         """What the reader does when the turn comes back, before it reads again."""

@@ -27,7 +27,7 @@ import trio
 import trio.testing
 
 from .._util import wait_for_idle
-from .base import READ_SIZE, Transport
+from .base import READ_SIZE, Lender, Transport
 
 __all__ = ["TLS_RECORD", "GenericTransport", "cancel_safe_receive"]
 
@@ -102,16 +102,14 @@ class GenericTransport(Transport):
             if self._reader_out:
                 self._reader_out.unpark_all()
 
-    async def borrow_read(
-        self, record: object, still_wanted: Callable[[], bool]
-    ) -> tuple[bytes | bytearray | None, bool]:
+    async def borrow_read(self, record: object, lender: Lender) -> tuple[bytes | bytearray | None, bool]:
         waited = False
         if self.reader_waiting:
             self.move_reader_aside()
             waited = True
             while self.reader_waiting:  # it may hand what it read meanwhile to the engine
                 await self._reader_out.park()
-        if not still_wanted():
+        if not lender.still_wanted():
             return None, waited
         self.borrower_waiting = record
         try:

@@ -25,7 +25,7 @@ from typing import Any
 
 import trio
 
-from .base import READ_SIZE, Transport
+from .base import READ_SIZE, Lender, Transport
 
 __all__ = ["DRAINED_BELOW", "POSIX_SOCKETS", "SocketTransport"]
 
@@ -94,9 +94,7 @@ class SocketTransport(Transport):
         self._woke = True
         return None  # and look at the read turn again before reading
 
-    async def borrow_read(
-        self, record: object, still_wanted: Callable[[], bool]
-    ) -> tuple[bytes | bytearray | None, bool]:
+    async def borrow_read(self, record: object, lender: Lender) -> tuple[bytes | bytearray | None, bool]:
         if self.reader_waiting:
             self.move_reader_aside()
         data = self.read_nowait()
@@ -111,7 +109,7 @@ class SocketTransport(Transport):
                 raise
         finally:
             self.borrower_waiting = None
-        return (self.read_nowait() if still_wanted() else None), True
+        return (self.read_nowait() if lender.still_wanted() else None), True
 
     # -- writing ------------------------------------------------------------------------
 
@@ -182,4 +180,4 @@ class SocketTransport(Transport):
     def stop_reader(self) -> None:
         if self.reader_waiting:
             self._wake_waiters()
-        self._reader_lot.unpark()  # lent: parked until the turn came back
+        self.unpark_reader()  # lent: parked until the turn came back
