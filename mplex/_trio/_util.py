@@ -369,12 +369,9 @@ def explain(exc: BaseException) -> str:
 
 
 class OneTaskLot:
-    """Where one task (the reader, the writer) parks until another wakes it.
-
-    A ``trio.lowlevel.ParkingLot`` for one task: every connection has a few, so the
-    lot's own table of tasks would cost each connection memory, and each wake-up
-    a call more.
-    """
+    """Where one task (the reader, the writer) parks until another wakes it: a
+    ``trio.lowlevel.ParkingLot`` for one task, without the lot's own table of tasks
+    (memory for every connection) and the call more each wake-up costs."""
 
     __slots__ = ("_task",)
 
@@ -386,9 +383,12 @@ class OneTaskLot:
         time.  Not a coroutine of its own: a parked task's chain of frames is memory
         held for as long as the connection idles."""
         self._task = trio.lowlevel.current_task()
-        return trio.lowlevel.wait_task_rescheduled(self._abort)
+        # The lot is its own abort function: a bound method made for each wait would
+        # be memory a parked task (an idle served connection's reader) holds.
+        return trio.lowlevel.wait_task_rescheduled(self)
 
-    def _abort(self, _: object) -> trio.lowlevel.Abort:
+    def __call__(self, _: object) -> trio.lowlevel.Abort:
+        """The wait was cancelled: the task leaves the lot."""
         self._task = None
         return trio.lowlevel.Abort.SUCCEEDED
 

@@ -148,17 +148,8 @@ class _Connection:
 
     # fmt: off
     __slots__ = (
-        "_unwrapping",
-        "arrivals",
-        "backlogged",
-        "errors_logged",
-        "errors_unlogged",
-        "free_slots",
-        "handler",
-        "log",
-        "muxer",
-        "running",
-        "tasks",
+        "_unwrapping", "arrivals", "backlogged", "errors_logged", "errors_unlogged", "free_slots", "handler",
+        "muxer", "running", "tasks",
     )
     # fmt: on
 
@@ -166,7 +157,6 @@ class _Connection:
         self.muxer = muxer
         self.handler = handler
         self._unwrapping = unwrapping
-        self.log = ConnectionLog(muxer.name)
         #: Handlers that may still start: taken as a handler starts, given back by the
         #: handler's task.  A count of our own, not a ``trio.Semaphore``: its methods
         #: and properties are calls of their own, twice per stream.
@@ -180,6 +170,12 @@ class _Connection:
         self.running = 0  # handlers running now
         self.errors_logged = 0
         self.errors_unlogged = 0
+
+    @property
+    def log(self) -> ConnectionLog:
+        """Where handler errors are logged (made when one is: a log kept would be
+        memory every served connection holds)."""
+        return ConnectionLog(self.muxer.name)
 
     def start_waiting(self) -> None:
         """Start a handler for each stream waiting to be accepted, while slots are
