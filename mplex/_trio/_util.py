@@ -50,7 +50,6 @@ __all__ = [
     "Buffer",
     "ConnectionLog",
     "FrameTracer",
-    "OneTaskLot",
     "byte_buffer",
     "checked_config",
     "checked_handler",
@@ -71,9 +70,25 @@ __all__ = [
 #: What a transport must have when it is not a ``trio.abc.Stream`` subclass.
 _STREAM_METHODS = ("send_all", "receive_some", "aclose")
 
-#: The context of code that needs none: one for the whole library (``nullcontext``
-#: holds no state), not one made per entry that a waiting task would hold.
-NO_CONTEXT = contextlib.nullcontext()
+
+class _NoContext:
+    """A context manager that does nothing.  Its methods are static, so a ``with``
+    block holds no bound method of it (the reader's idles in two such blocks)."""
+
+    __slots__ = ()
+
+    @staticmethod
+    def __enter__() -> None:
+        return None
+
+    @staticmethod
+    def __exit__(*_: object) -> None:
+        return None
+
+
+#: The context of code that needs none: one for the whole library, not one made per
+#: entry that a waiting task would hold.
+NO_CONTEXT: contextlib.AbstractContextManager[None] = _NoContext()
 
 
 def checked_transport(transport: object, name: str = "transport_stream") -> trio.abc.Stream:
@@ -366,35 +381,3 @@ def explain(exc: BaseException) -> str:
         return exc.strerror
     text = str(exc)
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-
-
-class OneTaskLot:
-    """Where one task (the reader, the writer) parks until another wakes it: a
-    ``trio.lowlevel.ParkingLot`` for one task, without the lot's own table of tasks
-    (memory for every connection) and the call more each wake-up costs."""
-
-    __slots__ = ("_task",)
-
-    def __init__(self) -> None:
-        self._task: trio.lowlevel.Task | None = None
-
-    def park(self) -> Awaitable[None]:
-        """``await lot.park()`` waits until ``unpark`` (or cancellation); one task at a
-        time.  Not a coroutine of its own: a parked task's chain of frames is memory
-        held for as long as the connection idles."""
-        self._task = trio.lowlevel.current_task()
-        # The lot is its own abort function: a bound method made for each wait would
-        # be memory a parked task (an idle served connection's reader) holds.
-        return trio.lowlevel.wait_task_rescheduled(self)
-
-    def __call__(self, _: object) -> trio.lowlevel.Abort:
-        """The wait was cancelled: the task leaves the lot."""
-        self._task = None
-        return trio.lowlevel.Abort.SUCCEEDED
-
-    def unpark(self) -> None:
-        """Wake the parked task, if there is one."""
-        task = self._task
-        if task is not None:
-            self._task = None
-            trio.lowlevel.reschedule(task)

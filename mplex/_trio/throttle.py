@@ -27,8 +27,8 @@ import trio
 
 from .._engine.connection import Connection
 from .._engine.record import StreamRecord
-from ._util import OneTaskLot
 from .errors import ConnectionLost, Lifecycle
+from .lot import OneTaskLot
 from .writer import Writer
 
 __all__ = ["ReaderHost", "ReaderThrottle"]

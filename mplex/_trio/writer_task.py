@@ -35,7 +35,8 @@ from typing import Protocol, TypeVar
 
 import trio
 
-from ._util import OneTaskLot, protected
+from ._util import protected
+from .lot import OneTaskLot
 
 __all__ = ["WRITER_IDLES_FOR", "FailureHost", "WriteFailed", "WriterTask"]
 

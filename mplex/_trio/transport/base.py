@@ -8,7 +8,8 @@ from typing import Any, Protocol
 
 import trio
 
-from .._util import NO_CONTEXT, OneTaskLot
+from .._util import NO_CONTEXT
+from ..lot import OneTaskLot
 
 __all__ = ["READ_SIZE", "Lender", "Transport"]
 
