@@ -26,7 +26,6 @@ from tests.helpers import (
     tls_contexts,
 )
 
-
 #: Set differently by the task that runs a connection and by one that sends on it.
 WHOSE = contextvars.ContextVar("WHOSE", default="unset")
 
