@@ -28,6 +28,7 @@ which would make one line per port scan.  ``FrameTrace`` logs every frame at DEB
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import inspect
 import itertools
 import logging
@@ -51,6 +52,7 @@ __all__ = [
     "ConnectionLog",
     "FrameTracer",
     "byte_buffer",
+    "call_in",
     "checked_config",
     "checked_handler",
     "checked_transport",
@@ -89,6 +91,15 @@ class _NoContext:
 #: The context of code that needs none: one for the whole library, not one made per
 #: entry that a waiting task would hold.
 NO_CONTEXT: contextlib.AbstractContextManager[None] = _NoContext()
+
+
+def call_in(context: contextvars.Context, function: Callable[..., object], *args: Any, **kwargs: Any) -> None:
+    """``function(*args, **kwargs)`` in ``context``, a task's own: called directly when
+    it is the running task's, which is entered now (``Context.run`` would refuse it)."""
+    if context is trio.lowlevel.current_task().context:
+        function(*args, **kwargs)
+    else:
+        context.run(function, *args, **kwargs)
 
 
 def checked_transport(transport: object, name: str = "transport_stream") -> trio.abc.Stream:

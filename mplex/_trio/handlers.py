@@ -18,7 +18,7 @@ from typing import Any, Protocol
 import trio
 from trio.lowlevel import Abort, Task, current_task, reschedule, wait_task_rescheduled
 
-from ._util import protected
+from ._util import call_in, protected
 from .stream import MplexStream
 
 __all__ = ["HANDLER_TASK", "HandlerTasks", "StreamServer"]
@@ -61,15 +61,14 @@ class HandlerTasks:
             waiting = self._idle.pop()
             waiting.stream = stream
             reschedule(waiting.task)
+            return
         # Handed over in a holder, not as an argument: trio 0.27 copies a protected
         # coroutine's arguments into its frame's locals dict, which would keep the
         # first stream alive as long as the task.
+        idle = _Idle(stream)
         # In a copy of serve_connection's context, whichever task starts it (the
         # reader as the stream arrives, or a handler task whose handler returned).
-        elif current_task().context is self._context:  # entered now: the current one
-            self._spawn(_Idle(stream))
-        else:
-            self._context.run(self._spawn, _Idle(stream))
+        call_in(self._context, self._spawn, idle)
 
     def _spawn(self, idle: _Idle) -> None:
         self._nursery.start_soon(self._work, idle, name=HANDLER_TASK)

@@ -35,7 +35,7 @@ from typing import Protocol, TypeVar
 
 import trio
 
-from ._util import protected
+from ._util import call_in, protected
 from .lot import OneTaskLot
 
 __all__ = ["WRITER_IDLES_FOR", "FailureHost", "WriteFailed", "WriterTask"]
@@ -153,11 +153,7 @@ class WriterTask:
             task = self._run_hosted if self._hosted else self.run
             name = f"mplex writer {self._name}"
             try:
-                if context is trio.lowlevel.current_task().context:  # entered now: it is the current one
-                    nursery.start_soon(task, host.write_failed, name=name)
-                else:
-                    # (mypy cannot see start_soon's keyword through Context.run's signature)
-                    context.run(nursery.start_soon, task, host.write_failed, name=name)  # type: ignore[arg-type]
+                call_in(context, nursery.start_soon, task, host.write_failed, name=name)
             except RuntimeError:  # the run's nursery has closed: the connection ended
                 self._alive = False
                 self._nursery = self._context = self._failure_host = None
