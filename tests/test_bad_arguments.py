@@ -65,6 +65,17 @@ async def test_a_handler_that_is_not_an_async_function_is_refused_before_serving
         await serve(handler)
 
 
+@pytest.mark.parametrize("nursery", ["nursery", object(), trio.CancelScope()], ids=["str", "object", "scope"])
+async def test_a_handler_nursery_that_is_not_a_nursery_is_refused_before_serving(nursery: Any) -> None:
+    a, _ = trio.testing.memory_stream_pair()
+    with (
+        trio.fail_after(5),
+        trio.testing.assert_no_checkpoints(),
+        pytest.raises(TypeError, match=r"handler_nursery must be a trio\.Nursery"),
+    ):
+        await mplex.serve_connection(_async_handler, a, handler_nursery=nursery)
+
+
 @pytest.mark.parametrize(
     "handler",
     [_async_handler, functools.partial(_async_handler), _CallableHandler()],

@@ -184,6 +184,29 @@ async def test_a_served_connection_holds_one_nursery_where_its_writer_and_handle
 
 
 @pytest.mark.parametrize("transport", [memory_transport, tcp_generic_transport, tls_generic_transport])
+async def test_a_connection_served_with_a_lent_nursery_holds_none_of_its_own(transport: Any) -> None:
+    """With ``handler_nursery``, the handlers and the writer task run in that nursery, and
+    the task serving the connection holds no nursery (as under ``serve_tcp``)."""
+    served: list[trio.lowlevel.Task] = []
+    async with transport() as (client_end, server_end), trio.open_nursery() as nursery:
+
+        async def serve() -> None:
+            served.append(trio.lowlevel.current_task())
+            await mplex.serve_connection(echo_until_eof, server_end, handler_nursery=nursery)
+
+        nursery.start_soon(serve)
+        async with mplex.open_muxer(client_end) as client:
+            stream = await client.open_stream()
+            await stream.send_all(b"over the writer task")
+            assert await stream.receive_some() == b"over the writer task"
+            assert served[0].child_nurseries == []
+            names = sorted(task.name for task in nursery.child_tasks if task is not served[0])
+            assert names[0] == "mplex stream handler"  # the handler tasks' name
+            assert [name for name in names if name.startswith("mplex writer ")] != []
+            await stream.aclose()
+
+
+@pytest.mark.parametrize("transport", [memory_transport, tcp_generic_transport, tls_generic_transport])
 async def test_a_muxer_started_in_a_nursery_holds_no_nursery_and_writes_beside_itself(
     transport: Any,
 ) -> None:

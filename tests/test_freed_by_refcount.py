@@ -9,6 +9,7 @@ import socket
 import tracemalloc
 import weakref
 from collections.abc import Callable, Iterator
+from functools import partial
 from typing import Any
 
 import pytest
@@ -97,13 +98,18 @@ async def test_an_ended_connection_is_freed_by_reference_counting(
         assert cyclic_garbage_of_ours() == []
 
 
+#: Where ``serve_connection`` runs its handlers: a nursery of its own, or one it is lent.
+over_both_nurseries = pytest.mark.parametrize("lend", [False, True], ids=["own nursery", "lent nursery"])
+
+
+@over_both_nurseries
 @over_every_transport
 async def test_a_served_connection_and_its_streams_are_freed_by_reference_counting(
-    transport: Callable[[], Any],
+    transport: Callable[[], Any], lend: bool
 ) -> None:
     """A stream both sides have closed is freed while its connection goes on, and the
     connection once it has ended: serve_connection's handler tasks, busy or waiting
-    for the next stream, hold on to neither."""
+    for the next stream, hold on to neither (in a lent nursery either)."""
     streams: list[weakref.ref[Any]] = []
     muxers: list[weakref.ref[Any]] = []
 
@@ -111,8 +117,9 @@ async def test_a_served_connection_and_its_streams_are_freed_by_reference_counti
         streams.append(weakref.ref(stream))
         await stream.send_all(await read_all(stream))
 
-    async def serve(server_end: trio.abc.Stream) -> None:
-        muxers.append(weakref.ref(await mplex.serve_connection(echo, server_end)))
+    async def serve(server_end: trio.abc.Stream, nursery: trio.Nursery) -> None:
+        lent = nursery if lend else None
+        muxers.append(weakref.ref(await mplex.serve_connection(echo, server_end, handler_nursery=lent)))
 
     async def request(client: mplex.Muxer) -> None:
         async with await client.open_stream() as stream:
@@ -122,7 +129,7 @@ async def test_a_served_connection_and_its_streams_are_freed_by_reference_counti
 
     with no_cyclic_gc(), trio.fail_after(30):
         async with transport() as (a, b), trio.open_nursery() as nursery:
-            nursery.start_soon(serve, a)
+            nursery.start_soon(serve, a, nursery)
             async with mplex.open_muxer(b) as client:
                 for _ in range(10):
                     await request(client)
@@ -197,8 +204,11 @@ async def test_a_connection_whose_transport_fails_to_close_is_freed_by_reference
         assert [ref() for ref in refs] == [None, None, None]
 
 
+@over_both_nurseries
 @pytest.mark.parametrize("name", ["tcp", "tcp-generic"])
-async def test_a_served_connection_cancelled_while_it_runs_is_freed_by_reference_counting(name: str) -> None:
+async def test_a_served_connection_cancelled_while_it_runs_is_freed_by_reference_counting(
+    name: str, lend: bool
+) -> None:
     """A server that shuts down cancels serve_connection mid-connection: its muxer,
     handler tasks and streams are freed all the same, and with them the transport the
     muxer held.  Over TCP only: trio's memory streams hold each other in cycles, and a
@@ -214,7 +224,8 @@ async def test_a_served_connection_cancelled_while_it_runs_is_freed_by_reference
         async with TRANSPORTS[name]() as (a, b):
             server_end = weakref.ref(a)
             async with trio.open_nursery() as server:
-                server.start_soon(mplex.serve_connection, hold, a)
+                lent = server if lend else None
+                server.start_soon(partial(mplex.serve_connection, hold, a, handler_nursery=lent))
                 del a
                 async with mplex.open_muxer(b) as client:
                     for _ in range(3):

@@ -111,30 +111,81 @@ async def test_streams_arriving_together_each_get_a_handler_within_the_limit(
         assert sorted(served) == ["r0", "r1", "s0", "s1", "s2", "s3"]
 
 
+#: Where ``serve_connection`` runs its handlers: a nursery of its own, or one it is lent.
+over_both_nurseries = pytest.mark.parametrize("lend", [False, True], ids=["own nursery", "lent nursery"])
+
+
+@over_both_nurseries
 @over_every_transport
 async def test_handlers_still_running_when_the_connection_ends_are_cancelled(
-    transport: Callable[[], Any],
+    transport: Callable[[], Any], lend: bool
 ) -> None:
     config = mplex.Config(close_timeout=0.3)
-    started = 0
+    started = cancelled = 0
+    returned = trio.Event()
 
     async def handler(stream: mplex.MplexStream) -> None:
-        nonlocal started
+        nonlocal started, cancelled
         started += 1
-        await trio.sleep_forever()  # a handler that never returns by itself
+        try:
+            await trio.sleep_forever()  # a handler that never returns by itself
+        except trio.Cancelled:
+            cancelled += 1
+            raise
+
+    async def serve(nursery: trio.Nursery) -> None:
+        await mplex.serve_connection(handler, a, config=config, handler_nursery=nursery if lend else None)
+        assert cancelled == 3  # returns only once its handlers have
+        returned.set()
 
     async with transport() as (a, b):
         with trio.move_on_after(20) as guard:
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(lambda: mplex.serve_connection(handler, a, config=config))
+                nursery.start_soon(serve, nursery)
                 async with mplex.open_muxer(b) as client:
                     for _ in range(3):
                         await (await client.open_stream()).send_all(b"hello")
                     await trio.testing.wait_all_tasks_blocked(0.01)
                     assert started == 3
                 ended = trio.current_time()
+                await returned.wait()
+                waited = trio.current_time() - ended
         assert not guard.cancelled_caught, "serve_connection did not return"
-        assert trio.current_time() - ended < config.close_timeout + 2
+        assert config.close_timeout <= waited < config.close_timeout + 2
+
+
+@over_both_nurseries
+@over_every_transport
+async def test_a_cancelled_serve_connection_cancels_its_handlers_at_once(
+    transport: Callable[[], Any], lend: bool
+) -> None:
+    running, cancelled, left = trio.Event(), trio.Event(), trio.Event()
+    config = mplex.Config(close_timeout=3600)
+
+    async def handler(stream: mplex.MplexStream) -> None:
+        running.set()
+        try:
+            await trio.sleep_forever()
+        except trio.Cancelled:
+            cancelled.set()
+            raise
+
+    async def serve(a: trio.abc.Stream, nursery: trio.Nursery, task_status: Any) -> None:
+        with trio.CancelScope() as scope:
+            task_status.started(scope)
+            await mplex.serve_connection(handler, a, config=config, handler_nursery=nursery if lend else None)
+        left.set()
+
+    async with transport() as (a, b):
+        with trio.fail_after(20):  # not close_timeout's hour
+            async with trio.open_nursery() as nursery:
+                serving = await nursery.start(serve, a, nursery)
+                async with mplex.open_muxer(b) as client:
+                    await (await client.open_stream()).send_all(b"hello")
+                    await running.wait()
+                    serving.cancel()
+                    await cancelled.wait()
+                    await left.wait()
 
 
 async def test_serve_tcp_closes_a_connection_that_stays_idle() -> None:

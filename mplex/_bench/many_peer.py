@@ -96,7 +96,9 @@ async def serve_many(impl: str, tls: bool, fast_path: bool) -> None:
             conn = await secured(tcp, context, server_side=True)
             marker = await conn.receive_some(1)
             if marker == b"M":
-                await mplex.serve_connection(serve_stream_modes, conn, config=config)
+                # As serve_listeners does: handlers in the server's nursery, not one
+                # of each connection's own.
+                await mplex.serve_connection(serve_stream_modes, conn, config=config, handler_nursery=nursery)
             elif marker == b"R":
                 await serve_stream(conn)
             elif marker == b"F":

@@ -45,6 +45,7 @@ __all__ = [
     "MuxerClosed",
     "StreamReset",
     "Unwrapping",
+    "ended_under_it",
 ]
 
 
@@ -326,3 +327,12 @@ def _leaves(group: BaseExceptionGroup[BaseException]) -> list[BaseException]:
     for exc in group.exceptions:
         found.extend(_leaves(exc) if isinstance(exc, BaseExceptionGroup) else [exc])
     return found
+
+
+def ended_under_it(exc: BaseException) -> bool:
+    """Whether ``exc`` is only the stream or the connection ending under a handler: a
+    ``trio.BrokenResourceError`` (a reset, a lost connection) or ``MuxerClosed``, or an
+    exception group (a handler's own nursery) made of nothing else."""
+    if isinstance(exc, BaseExceptionGroup):
+        return all(ended_under_it(inner) for inner in exc.exceptions)
+    return isinstance(exc, trio.BrokenResourceError | MuxerClosed)

@@ -27,8 +27,8 @@ from ._util import (
     require_trio,
     unprotected,
 )
-from .errors import ConnectionLost, MuxerClosed, Unwrapping
-from .handlers import HandlerTasks
+from .errors import ConnectionLost, Unwrapping, ended_under_it
+from .handlers import LENT_BY_SERVE_LISTENERS, AsLent, HandlerTasks
 from .muxer import Arrivals, Muxer, start_on_arrival
 from .select import accept_protocol
 from .stream import MplexStream
@@ -59,11 +59,13 @@ async def serve_connection(
     config: Config | None = None,
     negotiate: bool = False,
     idle_timeout: float | None = None,
+    handler_nursery: trio.Nursery | None = None,
 ) -> Muxer | None:
     """Serve one connection until it ends; return its (ended) muxer.
 
     Runs ``handler(stream)`` for every stream the peer opens as in a task of its own: in a
-    fresh copy of the caller's context, in the connection's nursery of handlers.  A task
+    fresh copy of the caller's context, in the connection's nursery of handlers (or in
+    ``handler_nursery``, below).  A task
     whose handler returned serves the next stream (up to ``IDLE_HANDLER_TASKS`` wait for
     one), as starting and ending a task is a large part of a short request's cost.
     When a handler returns, its stream is closed (as ``aclose`` does); when it raises, its
@@ -83,6 +85,15 @@ async def serve_connection(
     Returns once the connection has ended, for whatever reason (``Muxer.end_reason``
     says which), and every handler has returned.
 
+    ``handler_nursery``, as ``trio.serve_listeners`` takes one: the handlers (and the
+    muxer's writer task) run in that nursery, which must stay open while the
+    connection is served, instead of in a nursery of the connection's own, which an
+    idle served connection holds (about 1.3 KB).  The handlers still end with the
+    connection as above, each in a cancel scope of its own (about 0.75 KB while it
+    runs); if ``serve_connection`` is cancelled, it cancels them and returns without
+    waiting (the nursery does).  What a handler lets out (a ``KeyboardInterrupt``, say)
+    goes to that nursery.  ``serve_tcp`` and ``serve_listeners`` lend theirs.
+
     With ``negotiate=True`` it first agrees on ``/mplex/6.7.0`` with multistream-select,
     as libp2p peers do on a raw connection; a peer that fails to within
     ``mplex.NEGOTIATION_TIMEOUT`` seconds is disconnected and None returned.
@@ -95,15 +106,22 @@ async def serve_connection(
     handler = checked_handler(handler)
     muxer = Muxer(transport, config)  # checks the transport and the config
     _check_idle_timeout(idle_timeout)
+    if handler_nursery is not None and not isinstance(handler_nursery, trio.Nursery):
+        raise TypeError(
+            f"handler_nursery must be a trio.Nursery or None, not {type(handler_nursery).__name__}"
+        )
     require_trio("mplex.serve_connection()")
     # (One coroutine, not a checking one around a serving one: a served connection
     # holds this frame for its whole life.)
     with Unwrapping() as unwrapping:
         if negotiate and not await _negotiated(muxer.transport_stream):
             return None
-        connection = _Connection(muxer, handler, unwrapping)
-        async with trio.open_nursery() as handlers:
-            tasks = HandlerTasks(handlers, connection, IDLE_HANDLER_TASKS)
+        lent = handler_nursery is not None
+        # A group a handler raises is the program's, not one to unwrap: recorded where
+        # it will leave, here or from the lent nursery of ``serve_listeners``.
+        connection = _Connection(muxer, handler, LENT_BY_SERVE_LISTENERS.get(handler_nursery, unwrapping))
+        async with trio.open_nursery() if handler_nursery is None else AsLent(handler_nursery) as handlers:
+            tasks = HandlerTasks(handlers, connection, IDLE_HANDLER_TASKS, lent=lent)
             connection.tasks = tasks
             # Streams start their handlers as the reader hands them over, while slots are
             # free; a handler that returns starts those that waited for its slot.  So no
@@ -119,6 +137,9 @@ async def serve_connection(
                 await muxer.run()
             except ConnectionLost:  # the TLS handshake failed: the muxer logged why
                 pass
+            except BaseException:  # cancelled: so are the handlers, as in a nursery of ours
+                tasks.cancel()
+                raise
             finally:  # (cancelled too: these are cycles through the connection)
                 start_on_arrival(muxer, None)
                 connection.tasks = connection.arrivals = None
@@ -126,7 +147,11 @@ async def serve_connection(
                 if watch is not None:
                     watch.cancel()
             # The connection has ended: handlers still running get close_timeout.
-            handlers.cancel_scope.deadline = trio.current_time() + muxer.config.close_timeout
+            deadline = trio.current_time() + muxer.config.close_timeout
+            if lent:
+                await tasks.wait_ended(deadline)
+            else:
+                handlers.cancel_scope.deadline = deadline
         connection.log_summary()
         return muxer
 
@@ -200,7 +225,7 @@ class _Connection:
         try:
             await self.handler(stream)
         except Exception as exc:
-            if _ended_under_it(exc):  # the peer's doing, not the handler's error
+            if ended_under_it(exc):  # the peer's doing, not the handler's error
                 self.log.debug("stream %d (%s): handler ended: %s", stream.id, stream.name, exc)
             elif self.errors_logged < LOGGED_HANDLER_ERRORS:
                 self.errors_logged += 1
@@ -254,15 +279,6 @@ class _Connection:
             )
 
 
-def _ended_under_it(exc: BaseException) -> bool:
-    """Whether ``exc`` is only the stream or the connection ending under a handler: a
-    ``trio.BrokenResourceError`` (a reset, a lost connection) or ``MuxerClosed``, or an
-    exception group (a handler's own nursery) made of nothing else."""
-    if isinstance(exc, BaseExceptionGroup):
-        return all(_ended_under_it(inner) for inner in exc.exceptions)
-    return isinstance(exc, trio.BrokenResourceError | MuxerClosed)
-
-
 def _check_idle_timeout(idle_timeout: float | None) -> None:
     if idle_timeout is not None and (
         isinstance(idle_timeout, bool) or not isinstance(idle_timeout, int | float) or not idle_timeout > 0
@@ -309,7 +325,12 @@ async def serve_listeners(
         serving += 1
         try:
             await serve_connection(
-                handler, transport, config=config, negotiate=negotiate, idle_timeout=idle_timeout
+                handler,
+                transport,
+                config=config,
+                negotiate=negotiate,
+                idle_timeout=idle_timeout,
+                handler_nursery=handlers,
             )
         except Exception:  # a bug of ours: log it and keep serving the others
             logger.exception("internal error while serving a connection")
@@ -321,7 +342,16 @@ async def serve_listeners(
 
     require_trio("mplex.serve_listeners()")
     with Unwrapping() as unwrapping:
-        await trio.serve_listeners(serve_one, list(listeners), task_status=task_status)
+        # One nursery for every connection's task and its handlers (``handler_nursery``):
+        # a nursery per connection is memory each idle connection would hold.
+        async with trio.open_nursery() as handlers:
+            LENT_BY_SERVE_LISTENERS[handlers] = unwrapping
+            try:
+                await trio.serve_listeners(
+                    serve_one, list(listeners), handler_nursery=handlers, task_status=task_status
+                )
+            finally:
+                del LENT_BY_SERVE_LISTENERS[handlers]
     raise AssertionError("trio.serve_listeners returned")  # it serves until cancelled
 
 
