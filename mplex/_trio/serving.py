@@ -88,9 +88,9 @@ async def serve_connection(
     ``handler_nursery``, as ``trio.serve_listeners`` takes one: the handlers (and the
     muxer's writer task) run in that nursery, which must stay open while the
     connection is served, instead of in a nursery of the connection's own, which an
-    idle served connection holds (about 1.3 KB).  The handlers still end with the
-    connection as above, each in a cancel scope of its own (about 0.75 KB while it
-    runs); if ``serve_connection`` is cancelled, it cancels them and returns without
+    idle served connection would hold.  The handlers still end with the connection as
+    above, each in a cancel scope of its own (which costs about half what a nursery
+    does); if ``serve_connection`` is cancelled, it cancels them and returns without
     waiting (the nursery does).  What a handler lets out (a ``KeyboardInterrupt``, say)
     goes to that nursery.  ``serve_tcp`` and ``serve_listeners`` lend theirs.
 
