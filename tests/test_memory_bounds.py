@@ -241,3 +241,29 @@ async def test_partly_read_frames_hold_what_the_budget_counts(
     print(f"\nheld {(held - start) / 2**20:.2f} MiB for {streams} unread bytes")
     # Before the rest of a partly read piece was copied out: 40-64 MiB.
     assert held - start < 3 * budget
+
+
+@over_every_transport
+async def test_an_idle_connection_holds_none_of_the_input_it_handed_over(transport: TransportPair) -> None:
+    """Once a large frame has been read and taken, a connection waiting for more input
+    holds none of the reads it came in (an idle connection keeps no last read)."""
+    size = 200 * 1024  # in one read of 256 KiB, over memory streams and TCP
+    config = mplex.Config(prime_allocator=False, max_stream_buffer=4 * 2**20, max_connection_buffer=8 * 2**20)
+    async with transport() as (a, b), mplex.open_muxer(a, config) as muxer:
+        peer = RawPeer(b)
+        await peer.send(frame(0, Flag.NEW_STREAM))
+        stream = await muxer.accept_stream()
+        tracemalloc.start()
+        try:
+            start, _ = tracemalloc.get_traced_memory()
+            await peer.send(frame(0, Flag.MESSAGE_INITIATOR, b"m" * size))
+            while stream.unread_bytes < size:  # read by the reader task, not by a receive
+                await trio.testing.wait_all_tasks_blocked()
+            got = 0
+            while got < size:
+                got += len(await stream.receive_some())
+            await trio.testing.wait_all_tasks_blocked()
+            held, _ = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+    assert held - start < size // 4  # the last read held would be most of the frame

@@ -81,7 +81,8 @@ class Decoder:
         self._tail = b""
         self._need = 0  # body bytes still missing for the frame in progress
         self._head = 0  # that frame's header
-        self._pieces: list[bytes | bytearray | memoryview] = []  # see _keep
+        #: See ``_keep`` (None while there are none: an idle connection holds no list).
+        self._pieces: list[bytes | bytearray | memoryview] | None = None
         self._have = 0  # bytes in _pieces
 
     @property
@@ -175,7 +176,10 @@ class Decoder:
         self._need -= size
         if size >= _KEEP_AS_IS:  # _keep(data), inlined: a TLS record, kept as it is
             self._have += size
-            self._pieces.append(data)
+            if self._pieces is None:
+                self._pieces = [data]
+            else:
+                self._pieces.append(data)
         else:
             self._keep(data)
         return True
@@ -186,7 +190,7 @@ class Decoder:
         of the body kept before them, joined, to hand on first (or None).  The frame
         ends here if ``data`` completes it."""
         kept = b"".join(self._pieces) if self._pieces else None
-        self._pieces = []
+        self._pieces = None
         self._have = 0
         self._offset += len(data)
         self._need -= len(data)
@@ -205,6 +209,8 @@ class Decoder:
             piece = memoryview(data)[start:stop]
         self._have += size
         pieces = self._pieces
+        if pieces is None:
+            pieces = self._pieces = []
         if size >= _KEEP_AS_IS and 4 * size >= len(data):
             pieces.append(piece)
         elif pieces and type(pieces[-1]) is bytearray:
@@ -219,10 +225,14 @@ class Decoder:
             self._need = need - len(data)
             return len(data)
         # The body's last piece is joined at once, so a view of it pins nothing.
+        last = memoryview(data)[:need] if need < len(data) else data
         pieces = self._pieces
-        pieces.append(memoryview(data)[:need] if need < len(data) else data)
-        body = b"".join(pieces)
-        self._pieces = []
+        if pieces is None:
+            body = bytes(last)
+        else:
+            pieces.append(last)
+            body = b"".join(pieces)
+            self._pieces = None
         self._have = 0
         self._need = 0
         self.frames_decoded += 1

@@ -10,6 +10,7 @@ keeps count.
 
 from __future__ import annotations
 
+import functools
 from collections import OrderedDict
 
 from .errors import MplexError
@@ -50,7 +51,7 @@ class StreamTable:
         self.backlog: dict[StreamRecord, None] = {}
         # Enough to remember every stream both sides may have open, twice over: a batch
         # reset of all of them must not make their in-flight frames "unknown".
-        self.tombstone_limit = max(_TOMBSTONES, 2 * (max_inbound + max_outbound))
+        self.tombstone_limit = _tombstone_limit(max_inbound, max_outbound)
         # Made when the first is kept: a connection with no finished inbound stream
         # (an idle one, say) holds none.
         self._tombstones: OrderedDict[int, None] | None = None
@@ -118,3 +119,10 @@ class StreamTable:
         if key & 1 and header >> 3 < self.next_id:
             return True
         return self._tombstones is not None and key in self._tombstones
+
+
+@functools.lru_cache(maxsize=16)
+def _tombstone_limit(max_inbound: int, max_outbound: int) -> int:
+    """``StreamTable.tombstone_limit``: one int object for the connections of one
+    configuration, not one each (a large int is memory every connection would hold)."""
+    return max(_TOMBSTONES, 2 * (max_inbound + max_outbound))

@@ -89,8 +89,9 @@ class ReceiveBuffer:
 
     def __init__(self) -> None:
         # A list, not a deque: an empty deque takes over 600 bytes, and a stream holds
-        # few pieces (small ones are merged; the budget bounds the rest).
-        self._chunks: list[bytes | bytearray | memoryview] = []
+        # few pieces (small ones are merged; the budget bounds the rest).  None while
+        # there are none: an idle stream holds no list.
+        self._chunks: list[bytes | bytearray | memoryview] | None = None
         self._offset = 0  # bytes of _chunks[0] already handed out
         #: Unread bytes.
         self.size = 0
@@ -98,7 +99,9 @@ class ReceiveBuffer:
     def append(self, data: bytes | memoryview) -> None:
         """Store one received piece."""
         chunks = self._chunks
-        if chunks and len(data) < _MERGE_BELOW and len(chunks[-1]) < _MERGE_BELOW:
+        if chunks is None:
+            self._chunks = [data]
+        elif chunks and len(data) < _MERGE_BELOW and len(chunks[-1]) < _MERGE_BELOW:
             last = chunks[-1]
             if type(last) is not bytearray:
                 last = chunks[-1] = bytearray(last)
@@ -111,6 +114,7 @@ class ReceiveBuffer:
         """Up to ``max_bytes`` (None: all) unread bytes, as one ``bytes``; the buffer
         must not be empty."""
         chunks = self._chunks
+        assert chunks is not None  # (not empty)
         data: bytes | bytearray | memoryview
         if max_bytes is None or max_bytes >= self.size:
             if len(chunks) == 1:
@@ -119,7 +123,7 @@ class ReceiveBuffer:
                 if self._offset:
                     chunks[0] = chunks[0][self._offset :]
                 data = b"".join(chunks)
-            chunks.clear()
+            self._chunks = None
             self._offset = 0
         else:
             pieces = []
@@ -152,7 +156,7 @@ class ReceiveBuffer:
 
     def own(self) -> None:
         """Replace every piece that is a view of a larger chunk with a copy of it."""
-        chunks = self._chunks
+        chunks = self._chunks or []
         for i, chunk in enumerate(chunks):
             if type(chunk) is memoryview:
                 chunks[i] = bytes(chunk)
@@ -161,7 +165,7 @@ class ReceiveBuffer:
         """Drop all unread bytes; return how many there were."""
         dropped = self.size
         if dropped:
-            self._chunks.clear()
+            self._chunks = None
             self._offset = 0
             self.size = 0
         return dropped

@@ -286,12 +286,17 @@ class FrameTracer:
     as they go, so a frame split across writes is traced once, whole.
     """
 
-    __slots__ = ("_log", "_sent")
+    __slots__ = ("_label", "_sent")
 
-    def __init__(self, log: ConnectionLog) -> None:
-        self._log = log
+    def __init__(self, label: str) -> None:
+        self._label = label
         #: Decodes what left since tracing began at a frame's start; None while not tracing.
         self._sent: Decoder | None = None
+
+    @property
+    def _log(self) -> ConnectionLog:
+        # Made for each line traced: one kept would be memory every connection holds.
+        return ConnectionLog(self._label)
 
     def active(self) -> bool:
         return logger.isEnabledFor(logging.DEBUG)

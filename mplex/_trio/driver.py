@@ -66,7 +66,7 @@ class Driver(Openings):
 
     # fmt: off
     __slots__ = (
-        "_run_scope", "config", "host", "life", "log", "name", "outbox", "protocol", "reader", "throttle",
+        "_run_scope", "config", "host", "life", "name", "outbox", "protocol", "reader", "throttle",
         "trace", "transport", "transport_stream", "writer"
     )
     # fmt: on
@@ -78,10 +78,9 @@ class Driver(Openings):
         #: A label for log lines: a sequence number and, over a socket (or TLS over
         #: one), the peer's address.
         self.name = connection_label(transport_stream)
-        self.log = ConnectionLog(self.name)
         #: Whether the connection runs, may send, and why not: the one record of it.
         self.life = Lifecycle()
-        self.trace = FrameTracer(self.log)
+        self.trace = FrameTracer(self.name)
         #: The protocol (sans-IO); the outbox is where streams append their frames.
         self.protocol = protocol = Connection(config, clock=trio.current_time, trace=self.trace)
         self.outbox = protocol.outbox
@@ -100,6 +99,12 @@ class Driver(Openings):
         #: ``serve_connection``, whose nursery of handlers outlives ``run``.
         self.host: trio.Nursery | None = None
         self._run_scope: trio.CancelScope | None = None
+
+    @property
+    def log(self) -> ConnectionLog:
+        """Where this connection's lines are logged (made when one is: a log kept would
+        be memory every connection holds)."""
+        return ConnectionLog(self.name)
 
     @property
     def running(self) -> bool:

@@ -147,7 +147,7 @@ class Reader:
                                     self.paused(False)
                             self.state = "waiting"
                             try:
-                                data = await read()
+                                data = await (transport.read() if read is None else read())
                             except Exception as exc:  # any failure of any transport: it is lost
                                 self._receive_failed(conn, exc)
                                 return
@@ -156,6 +156,7 @@ class Reader:
                             if data is None:
                                 continue  # nothing now, or moved aside: look again
                             acted = self._feed(conn, data)
+                            data = None  # not held while the reader waits again
                             if acted is None:
                                 return
                             if acted and protocol.input_pending:

@@ -74,15 +74,16 @@ class Transport:
         """The context of the reader's reads until it is next moved aside."""
         return NO_CONTEXT
 
-    def reader_call(self) -> Callable[[], Awaitable[bytes | bytearray | None]]:
-        """The reader task's read, fetched once per run: each call is one read, whose
-        result is the bytes (``b""`` at the end of input), or None when there was
-        nothing, or the reader was moved aside (it looks again).  A transport may hand
-        out the underlying call as it is.  (Not kept on the transport: a bound method
-        of its own would be a reference cycle, freed only by the cycle collector.)"""
-        return self._read
+    def reader_call(self) -> Callable[[], Awaitable[bytes | bytearray | None]] | None:
+        """The reader task's read, fetched once per run, if not ``read`` itself (None):
+        a transport may hand out the underlying call as it is.  (Not a bound method of
+        the transport's own: the reader's frame would hold it, memory an idle
+        connection keeps, and kept on the transport it would be a reference cycle.)"""
+        return None
 
-    async def _read(self) -> bytes | bytearray | None:
+    async def read(self) -> bytes | bytearray | None:
+        """The reader task's read: the bytes (``b""`` at the end of input), or None when
+        there was nothing, or the reader was moved aside (it looks again)."""
         raise NotImplementedError
 
     async def borrow_read(self, record: object, lender: Lender) -> tuple[bytes | bytearray | None, bool]:

@@ -68,9 +68,9 @@ class GenericTransport(Transport):
         self._borrower_scope: trio.CancelScope | None = None
         self._reader_out = trio.lowlevel.ParkingLot()
 
-    def reader_call(self) -> Callable[[], Awaitable[bytes | bytearray | None]]:
+    def reader_call(self) -> Callable[[], Awaitable[bytes | bytearray | None]] | None:
         if self.lends:
-            return self._read
+            return None
         # Nobody borrows the turn, so nobody needs to know when the reader waits: the
         # reader awaits the stream's own receive_some, one coroutine fewer a read.
         return functools.partial(self._receive_some, READ_SIZE)
@@ -93,7 +93,7 @@ class GenericTransport(Transport):
         self._reader_scope = trio.CancelScope()
         return self._reader_scope
 
-    async def _read(self) -> bytes | bytearray | None:
+    async def read(self) -> bytes | bytearray | None:
         self.reader_waiting = True
         try:
             return await self._receive_some(READ_SIZE)

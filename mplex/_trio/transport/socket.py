@@ -69,7 +69,7 @@ class SocketTransport(Transport):
         except BlockingIOError:
             return None
 
-    async def _read(self) -> bytes | bytearray | None:
+    async def read(self) -> bytes | bytearray | None:
         # After a little input, wait first: a read that finds nothing costs a system
         # call and an exception, and the wait follows it anyway.
         data = None if self._drained else self.read_nowait()
