@@ -115,10 +115,13 @@ def checked_transport(transport: object, name: str = "transport_stream") -> trio
     )
 
 
+_DEFAULT_CONFIG = Config()
+
+
 def checked_config(config: object) -> Config:
     """``config``, or the defaults for None; ``TypeError`` for anything but a ``Config``."""
     if config is None:
-        return Config()
+        return _DEFAULT_CONFIG  # (frozen: one for every connection, not one each)
     if not isinstance(config, Config):
         hint = " (build one with mplex.Config(**settings))" if isinstance(config, dict) else ""
         raise TypeError(f"config must be an mplex.Config or None, not {type(config).__name__}{hint}")

@@ -71,6 +71,13 @@ class Muxer:
     instruments.
     """
 
+    # (Slots: a program holds a muxer for each of its connections.)
+    # fmt: off
+    __slots__ = (
+        "__weakref__", "_driver", "_entered", "_name_limit", "_own_run", "_started", "config", "name",
+    )
+    # fmt: on
+
     def __init__(self, transport_stream: trio.abc.Stream, config: Config | None = None) -> None:
         transport_stream = checked_transport(transport_stream)
         self.config = config = checked_config(config)
