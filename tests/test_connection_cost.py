@@ -281,9 +281,7 @@ async def test_an_idle_connections_task_waits_in_one_frame_of_the_muxer_above_it
         await trio.testing.wait_all_tasks_blocked()
         client_frames, server_frames = library_frames(running), library_frames(served[0])
         assert client_frames[0] == "Reader.run" and "Driver" not in " ".join(client_frames)
-        # On the generic path, the transport's read too (where it waits); over the
-        # socket fast path the reader awaits trio's wait itself.
-        assert len(client_frames) <= (1 if muxer.uses_socket_fast_path else 2), client_frames
+        assert len(client_frames) <= 2  # and the transport's read, where it waits
         assert server_frames[:2] == ["serve_connection", "Reader.run"]
         assert len(server_frames) <= 3
         await muxer.aclose()

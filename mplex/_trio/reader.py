@@ -147,19 +147,7 @@ class Reader:
                                     self.paused(False)
                             self.state = "waiting"
                             try:
-                                if read is not None:
-                                    data = await read()
-                                else:  # trio's wait awaited here: no frame of the transport's
-                                    data = transport.read_ready()
-                                    if data is None:
-                                        transport.reader_waiting = True
-                                        try:
-                                            await transport.readable()
-                                        except trio.ClosedResourceError:
-                                            if not transport.woken():
-                                                raise
-                                        finally:
-                                            transport.reader_waiting = False
+                                data = await (transport.read() if read is None else read())
                             except Exception as exc:  # any failure of any transport: it is lost
                                 self._receive_failed(conn, exc)
                                 return

@@ -75,25 +75,11 @@ class Transport:
         return NO_CONTEXT
 
     def reader_call(self) -> Callable[[], Awaitable[bytes | bytearray | None]] | None:
-        """The reader task's read, fetched once per run; None where the reader reads
-        in two parts instead, ``read_ready`` and ``readable`` (the socket paths).  A
-        transport may hand out the underlying call as it is.  (Not kept on the
-        transport: a bound method of its own would be a reference cycle.)"""
-        return self.read
-
-    def read_ready(self) -> bytes | bytearray | None:
-        """Where ``reader_call`` is None: the read without waiting, or None to wait."""
-        raise NotImplementedError
-
-    def readable(self) -> Awaitable[None]:
-        """Where ``reader_call`` is None: the wait for input after ``read_ready`` found
-        none (which may raise ``trio.ClosedResourceError`` as a wake-up call: ``woken``)."""
-        raise NotImplementedError
-
-    def woken(self) -> bool:
-        """After a ``trio.ClosedResourceError`` from ``readable``: True if it was only a
-        wake-up call, to look again."""
-        return False
+        """The reader task's read, fetched once per run, if not ``read`` itself (None):
+        a transport may hand out the underlying call as it is.  (Not a bound method of
+        the transport's own: the reader's frame would hold it, memory an idle
+        connection keeps, and kept on the transport it would be a reference cycle.)"""
+        return None
 
     async def read(self) -> bytes | bytearray | None:
         """The reader task's read: the bytes (``b""`` at the end of input), or None when

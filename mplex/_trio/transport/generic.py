@@ -68,9 +68,9 @@ class GenericTransport(Transport):
         self._borrower_scope: trio.CancelScope | None = None
         self._reader_out = trio.lowlevel.ParkingLot()
 
-    def reader_call(self) -> Callable[[], Awaitable[bytes | bytearray | None]]:
+    def reader_call(self) -> Callable[[], Awaitable[bytes | bytearray | None]] | None:
         if self.lends:
-            return self.read
+            return None
         # Nobody borrows the turn, so nobody needs to know when the reader waits: the
         # reader awaits the stream's own receive_some, one coroutine fewer a read.
         return functools.partial(self._receive_some, READ_SIZE)

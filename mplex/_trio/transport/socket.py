@@ -69,14 +69,7 @@ class SocketTransport(Transport):
         except BlockingIOError:
             return None
 
-    def reader_call(self) -> None:
-        """None: the reader reads in two parts, ``read_ready`` and then, if it found
-        nothing, ``readable`` (trio's own wait, which the reader awaits itself: an
-        idle connection holds no frame of ours around it)."""
-
-    def read_ready(self) -> bytes | bytearray | None:
-        """The reader's read without waiting: the bytes, or None if it must wait (in
-        ``readable``) first.  Raises ``OSError`` if the read failed."""
+    async def read(self) -> bytes | bytearray | None:
         # After a little input, wait first: a read that finds nothing costs a system
         # call and an exception, and the wait follows it anyway.
         data = None if self._drained else self.read_nowait()
@@ -89,18 +82,17 @@ class SocketTransport(Transport):
             return data
         self.yield_due = False
         self._drained = False
-        return None
-
-    def readable(self) -> Awaitable[None]:
-        """``await transport.readable()``: the reader's wait for input (or a wake-up
-        call, ``woken``), after ``read_ready`` found none."""
-        self._woke = True  # (as the wait ends: nothing reads between)
-        return trio.lowlevel.wait_readable(self.sock)
-
-    def woken(self) -> bool:
-        """After a ``ClosedResourceError`` from a wait: True if it was only a wake-up
-        call (``_wake_waiters``), the socket still open."""
-        return self.sock.fileno() >= 0
+        self.reader_waiting = True
+        try:
+            # ``_wait``, inline: an idle connection holds this chain of frames.
+            await trio.lowlevel.wait_readable(self.sock)
+        except trio.ClosedResourceError:
+            if self.sock.fileno() < 0:
+                raise
+        finally:
+            self.reader_waiting = False
+        self._woke = True
+        return None  # and look at the read turn again before reading
 
     async def borrow_read(self, record: object, lender: Lender) -> tuple[bytes | bytearray | None, bool]:
         if self.reader_waiting:
