@@ -25,6 +25,7 @@ opener, so it names a stream the peer opened; an odd flag names one we opened.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 
 from .budget import AbuseBudgets
@@ -90,8 +91,9 @@ class Connection:
         self, config: Config, *, clock: Callable[[], float], trace: FrameTrace | None = None
     ) -> None:
         self.config = config
-        #: The one encoder of the frames this connection sends in pieces.
-        self.encoder = Encoder(config.max_send_frame_size)
+        #: The encoder of the frames this connection sends in pieces (it keeps no state
+        #: of a connection's: one for every connection with the same frame size).
+        self.encoder = _encoder(config.max_send_frame_size)
         #: Encoded frames waiting for the transport.
         self.outbox = Outbox(config.send_high_water)
         #: Every stream's unread bytes.
@@ -343,3 +345,8 @@ class Connection:
         """Our ``record`` stops counting against ``max_outbound_streams``."""
         if self.table.release_slot(record):
             self._events |= _SLOT_FREED
+
+
+@functools.lru_cache(maxsize=16)
+def _encoder(frame_size: int) -> Encoder:
+    return Encoder(frame_size)
