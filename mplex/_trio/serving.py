@@ -65,9 +65,9 @@ async def serve_connection(
 
     Runs ``handler(stream)`` for every stream the peer opens as in a task of its own: in a
     fresh copy of the caller's context, in the connection's nursery of handlers (or in
-    ``handler_nursery``, below).  A task
-    whose handler returned serves the next stream (up to ``IDLE_HANDLER_TASKS`` wait for
-    one), as starting and ending a task is a large part of a short request's cost.
+    ``handler_nursery``, below).  A task whose handler returned serves the next stream
+    (up to ``IDLE_HANDLER_TASKS`` wait for one), as starting and ending a task is a
+    large part of a short request's cost.
     When a handler returns, its stream is closed (as ``aclose`` does); when it raises, its
     stream is reset, and the error is logged (at DEBUG if it is the stream or the
     connection ending under it, alone or in an exception group of the handler's own
