@@ -35,7 +35,6 @@ from .._engine.unread import prime_allocator
 from ._util import (
     NO_CONTEXT,
     ConnectionLog,
-    FrameTracer,
     connection_label,
     describe,
     drop_tracebacks,
@@ -48,6 +47,7 @@ from .openings import Openings
 from .reader import Reader
 from .stream import MplexStream
 from .throttle import ReaderThrottle
+from .tracer import FrameTracer
 from .transport import transport_for
 from .writer import Writer
 

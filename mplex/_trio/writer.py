@@ -66,7 +66,8 @@ import trio
 from .._engine.connection import Connection
 from .._engine.record import StreamRecord
 from .._engine.wire import frame_prefix
-from ._util import FrameTracer, protected, wait_for_idle
+from ._util import protected, wait_for_idle
+from .tracer import FrameTracer
 from .transport import Transport
 from .writer_task import FailureHost, WriteFailed, WriterTask
 
