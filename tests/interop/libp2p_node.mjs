@@ -155,26 +155,32 @@ if (process.argv.includes('--bench-server')) {
   process.exit(0)
 }
 
+// Calls `attempt` up to five times, waiting a little longer after each failure, for a
+// peer process that only just started.
+async function retried (attempt) {
+  for (let tries = 1; ; tries++) {
+    try {
+      return await attempt()
+    } catch (err) {
+      if (tries === 5) throw err
+      await new Promise((resolve) => setTimeout(resolve, 100 * tries))
+    }
+  }
+}
+
 if (process.argv.includes('--bench-client')) {
   const address = multiaddr(option('addr'))
   const size = Number(option('size', 32))
   const count = Number(option('count', 1000))
   const streams = Number(option('streams', 1))
-  await node.dial(address)
+  // The server prints READY once listening, yet a dial right after it was once refused
+  // (ECONNREFUSED) in a full `make bench`.
+  await retried(() => node.dial(address))
   const result = await benchCases[option('case', 'small')](address, size, count, streams)
   print({ role: 'client', ...result, peak_rss: peakRss() })
   // The server waits for this stream. js-libp2p's multistream-select once failed to
   // negotiate it right after the quick 32 B case (UnexpectedEOFError): try again.
-  for (let attempt = 1; ; attempt++) {
-    try {
-      const done = await node.dialProtocol(address, '/done/1.0.0')
-      await done.close()
-      break
-    } catch (err) {
-      if (attempt === 5) throw err
-      await new Promise((resolve) => setTimeout(resolve, 100 * attempt))
-    }
-  }
+  await retried(async () => { await (await node.dialProtocol(address, '/done/1.0.0')).close() })
   await node.stop()
   process.exit(0)
 }
