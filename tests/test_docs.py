@@ -55,7 +55,7 @@ def test_help_of_a_stream_lists_what_identifies_it() -> None:
     import mplex
 
     text = pydoc.render_doc(mplex.MplexStream, renderer=pydoc.plaintext)
-    described = text[text.index("Data descriptors defined here") :]
+    described = text[text.index("Readonly properties defined here") :]
     for attribute, words in [
         ("id", "The stream number"),
         ("is_initiator", "True if this side opened the stream"),

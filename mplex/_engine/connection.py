@@ -82,8 +82,8 @@ class Connection:
 
     # fmt: off
     __slots__ = (
-        "_events", "_inbound", "_woken", "backlog", "budgets", "config", "counters", "encoder",
-        "input_pending", "may_send", "outbox", "streams", "table", "unread"
+        "_budgets", "_events", "_inbound", "_woken", "config", "counters", "encoder", "input_pending",
+        "may_send", "outbox", "table", "unread"
     )
     # fmt: on
 
@@ -102,11 +102,9 @@ class Connection:
         )
         self.counters = Counters()
         #: Which streams exist: ids, slots, backlog, tombstones.
-        self.table = table = StreamTable(config.max_inbound_streams, config.max_outbound_streams)
-        #: Live streams by key, and those waiting to be accepted (the table's own).
-        self.streams = table.streams
-        self.backlog = table.backlog
-        self.budgets = AbuseBudgets(config)
+        self.table = StreamTable(config.max_inbound_streams, config.max_outbound_streams)
+        # Made when a budget is first spent: most connections never spend one.
+        self._budgets: AbuseBudgets | None = None
         #: False once nothing more may be queued; control frames are then dropped.
         self.may_send = True
         # What the layer above must act on, handed over by ``take_notice``.
@@ -117,6 +115,24 @@ class Connection:
         #: True while part of the last input waits for ``resume_input`` (an attribute,
         #: set after each input: the reader asks several times a request).
         self.input_pending = False
+
+    @property
+    def streams(self) -> dict[int, StreamRecord]:
+        """Live streams by key (the table's)."""
+        return self.table.streams
+
+    @property
+    def backlog(self) -> dict[StreamRecord, None]:
+        """Inbound streams waiting to be accepted, oldest first (the table's)."""
+        return self.table.backlog
+
+    @property
+    def budgets(self) -> AbuseBudgets:
+        """The abuse budgets the peer's frames are spent from."""
+        budgets = self._budgets
+        if budgets is None:
+            budgets = self._budgets = AbuseBudgets(self.config)
+        return budgets
 
     # -- what the layer above acts on ---------------------------------------------------------
 

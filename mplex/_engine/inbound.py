@@ -67,13 +67,13 @@ class StreamRules(Protocol):
     """What the input path uses of its connection (``Connection``): the streams, the
     accounts, and the rules every change of a stream follows."""
 
-    streams: dict[int, StreamRecord]
     table: StreamTable
-    budgets: AbuseBudgets
     counters: Counters
     unread: UnreadAccount[StreamRecord]
     may_send: bool
 
+    @property
+    def budgets(self) -> AbuseBudgets: ...
     def apply(self, record: StreamRecord, event: StreamEvent) -> Verdict: ...
     def break_stream(self, record: StreamRecord, why: Broken, how: Direction) -> None: ...
     def changed(self, record: StreamRecord) -> None: ...
@@ -156,7 +156,7 @@ class Inbound:
         if len(data) >= HAND_ON_SIZE:  # (shorter middles were kept by ``receive``)
             header = decoder.body_header(data)  # -1 (flag 7) if it does not continue a body
             if 0 < header & 7 <= _MESSAGE_INITIATOR:
-                record = conn.streams.get((header >> 3) << 1 | (header & 1))
+                record = conn.table.streams.get((header >> 3) << 1 | (header & 1))
                 if record is not None and record.can_receive:
                     kept = decoder.pass_on(data)
                     if kept:
@@ -193,8 +193,7 @@ class Inbound:
 
     def _dispatch(self, conn: StreamRules, frames: Sequence[RawFrame]) -> None:
         now = 0.0  # the clock for the budgets: read once a step, when one is spent
-        streams = conn.streams
-        budgets = conn.budgets
+        streams = conn.table.streams
         arrivals = 0
         rest = iter(frames)
         for header, body in rest:
@@ -203,7 +202,7 @@ class Inbound:
             if 0 < flag <= _MESSAGE_INITIATOR:
                 if not body:  # ignored on receipt (spec 5.9): nothing to store or wake
                     now = now or self._clock()
-                    budgets.ignored.spend(now)
+                    conn.budgets.ignored.spend(now)
                 elif record is not None and record.can_receive:
                     self._deliver(conn, record, body)
                 elif record is None or not self._late_data(conn, record):
@@ -220,14 +219,14 @@ class Inbound:
                 if reset:
                     now = now or self._clock()
                     conn.counters.resets_received += 1
-                    budgets.reset.spend(now)
+                    conn.budgets.reset.spend(now)
                 if record is None:
                     now = now or self._clock()
                     self._dropped(conn, header, record, now)
                 elif not (self._remote_reset(conn, record) if reset else self._remote_close(conn, record)):
                     conn.counters.frames_dropped += 1
                     now = now or self._clock()
-                    budgets.ignored.spend(now)  # a repeated Close
+                    conn.budgets.ignored.spend(now)  # a repeated Close
 
     def _deliver(self, conn: StreamRules, record: StreamRecord, body: bytes | memoryview) -> None:
         unread = record.unread
@@ -292,7 +291,7 @@ class Inbound:
         stream limit or the backlog is full.  A second NewStream for a stream the peer
         has open is a ``ProtocolError``."""
         key = stream_id << 1
-        if key in conn.streams:
+        if key in conn.table.streams:
             raise ProtocolError(f"NewStream for stream {stream_id}, which the peer already has open")
         config, table = self._config, conn.table
         if table.inbound >= config.max_inbound_streams or len(table.backlog) >= config.accept_backlog:

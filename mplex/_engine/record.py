@@ -47,7 +47,6 @@ class StreamRecord:
         "holds_slot",
         "id",
         "is_initiator",
-        "key",
         "last_delivery",
         "name",
         "receiving",
@@ -62,8 +61,6 @@ class StreamRecord:
         self.id = stream_id
         #: True if this side opened the stream.
         self.is_initiator = is_initiator
-        #: Unique within the connection: ``id << 1 | is_initiator``.
-        self.key = stream_id << 1 | is_initiator
         #: The name from the NewStream frame (ours, or the peer's cut to the limit).
         self.name = name
         #: The stream on the wire: which control frames have passed.
@@ -86,6 +83,12 @@ class StreamRecord:
         self.waiter: object | None = None
         #: True while a stream of ours counts against ``max_outbound_streams``.
         self.holds_slot = False
+
+    @property
+    def key(self) -> int:
+        """Unique within the connection: ``id << 1 | is_initiator`` (worked out when
+        asked, not kept: a node holds many streams)."""
+        return self.id << 1 | self.is_initiator
 
     def park(self, task: object) -> None:
         """``task`` waits for this stream's data or end: the engine hands it back in

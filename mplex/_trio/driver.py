@@ -29,6 +29,7 @@ import trio
 
 from .._engine.config import Config
 from .._engine.connection import Connection, Notice
+from .._engine.outbox import Outbox
 from .._engine.record import StreamRecord
 from .._engine.states import ConnectionState
 from .._engine.unread import prime_allocator
@@ -66,8 +67,8 @@ class Driver(Openings):
 
     # fmt: off
     __slots__ = (
-        "_run_scope", "config", "host", "life", "name", "outbox", "protocol", "reader", "throttle",
-        "trace", "transport", "transport_stream", "writer"
+        "_run_scope", "config", "host", "life", "name", "protocol", "reader", "throttle", "transport",
+        "transport_stream", "writer"
     )
     # fmt: on
 
@@ -80,25 +81,22 @@ class Driver(Openings):
         self.name = connection_label(transport_stream)
         #: Whether the connection runs, may send, and why not: the one record of it.
         self.life = Lifecycle()
-        self.trace = FrameTracer(self.name)
-        #: The protocol (sans-IO); the outbox is where streams append their frames.
-        self.protocol = protocol = Connection(config, clock=trio.current_time, trace=self.trace)
-        self.outbox = protocol.outbox
+        trace = FrameTracer(self.name)
+        #: The protocol (sans-IO).
+        self.protocol = protocol = Connection(config, clock=trio.current_time, trace=trace)
         self.transport = transport_for(transport_stream, config)
-        self.writer = Writer(protocol, self.transport, config.max_flush_delay, self.trace)
+        self.writer = Writer(protocol, self.transport, trace)
         self.throttle = ReaderThrottle(protocol, self.writer)
-        self.reader = Reader(
-            protocol,
-            self.transport,
-            self.throttle,
-            flushes=self.writer,
-            flush_delay=config.max_flush_delay,
-            close_timeout=config.close_timeout,
-        )
+        self.reader = Reader(protocol, self.transport, self.throttle, flushes=self.writer)
         #: The nursery the writer task starts in, if not one of ``run``'s own: set by
         #: ``serve_connection``, whose nursery of handlers outlives ``run``.
         self.host: trio.Nursery | None = None
         self._run_scope: trio.CancelScope | None = None
+
+    @property
+    def outbox(self) -> Outbox:
+        """Where streams append their frames (the protocol's)."""
+        return self.protocol.outbox
 
     @property
     def log(self) -> ConnectionLog:
@@ -255,7 +253,7 @@ class Driver(Openings):
         """Let the writer task start in ``nursery`` (``hosted``: not ``run``'s own), if
         the connection runs."""
         if self.life.running:
-            self.writer.start(nursery, self.name, self, hosted=hosted)
+            self.writer.start(nursery, self, hosted=hosted)
         return self.life.running
 
     async def _handshake(self) -> None:

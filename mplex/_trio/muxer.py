@@ -74,24 +74,29 @@ class Muxer:
     # (Slots: a program holds a muxer for each of its connections.)
     # fmt: off
     __slots__ = (
-        "__weakref__", "_driver", "_entered", "_name_limit", "_own_run", "_started", "config", "name",
+        "__weakref__", "_driver", "_entered", "_own_run", "_started",
     )
     # fmt: on
 
     def __init__(self, transport_stream: trio.abc.Stream, config: Config | None = None) -> None:
         transport_stream = checked_transport(transport_stream)
-        self.config = config = checked_config(config)
-        self._driver = Driver(transport_stream, config)
-        #: A label for this connection in log lines: a sequence number and, when the
-        #: transport is a socket (or TLS over one), the peer's address.
-        self.name = self._driver.name
-        #: The longest name ``open_stream`` sends: the name limit within one frame.
-        self._name_limit = min(config.max_stream_name_size, config.max_send_frame_size)
+        self._driver = Driver(transport_stream, checked_config(config))
         self._started = False
         self._entered = False
         self._own_run: contextlib.AbstractAsyncContextManager[Muxer] | None = None
 
     # -- what it is ----------------------------------------------------------------------------
+
+    @property
+    def config(self) -> Config:
+        """The connection's settings (the default ``Config`` if none was given)."""
+        return self._driver.config
+
+    @property
+    def name(self) -> str:
+        """A label for this connection in log lines: a sequence number and, when the
+        transport is a socket (or TLS over one), the peer's address."""
+        return self._driver.name
 
     @property
     def stats(self) -> MuxerStats:
@@ -257,7 +262,11 @@ class Muxer:
         Waits while ``Config.max_outbound_streams`` of our streams are open (a stream
         stops counting once this side has closed or reset it).
         """
-        raw = None if name is None else name_bytes(name, self._name_limit)
+        if name is None:
+            raw = None
+        else:  # the longest name it sends: the name limit within one frame
+            config = self._driver.config
+            raw = name_bytes(name, min(config.max_stream_name_size, config.max_send_frame_size))
         if not self._started:  # (the check's call skipped on the per-request path)
             self._check_started()
         return await self._driver.open_stream(raw)

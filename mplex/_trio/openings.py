@@ -17,7 +17,6 @@ import trio
 
 from .._engine.config import Config
 from .._engine.connection import Connection, Notice
-from .._engine.outbox import Outbox
 from .._engine.record import StreamRecord
 from .errors import Lifecycle
 from .stream import MplexStream
@@ -45,7 +44,6 @@ class Openings:
     # Set by the driver.
     config: Config
     life: Lifecycle
-    outbox: Outbox
     protocol: Connection
     throttle: ReaderThrottle
     writer: Writer
@@ -91,7 +89,8 @@ class Openings:
         """A new stream of ours (``name`` checked by ``name_bytes``), once the outbox has
         room and a slot is free."""
         await trio.lowlevel.checkpoint()
-        protocol, outbox = self.protocol, self.outbox
+        protocol = self.protocol
+        outbox = protocol.outbox
         table = protocol.table
         # Tasks waiting for a slot are served first come, first served, one freed slot
         # waking one of them (``settle``): a newcomer never takes a slot ahead of them.

@@ -56,8 +56,8 @@ class Reader:
 
     # fmt: off
     __slots__ = (
-        "_close_timeout", "_flush_delay", "_flush_on_input", "_lender", "_lends_skipped", "_lent_for",
-        "_linger_scope", "_protocol", "_send_failure", "_throttle", "_transport", "state"
+        "_flush_on_input", "_lender", "_lends_skipped", "_lent_for", "_linger_scope", "_protocol",
+        "_send_failure", "_throttle", "_transport", "state"
     )
     # fmt: on
 
@@ -68,8 +68,6 @@ class Reader:
         throttle: ReaderThrottle,
         *,
         flushes: Flushing,
-        flush_delay: float,
-        close_timeout: float,
     ) -> None:
         self._protocol = protocol
         self._transport = transport
@@ -78,8 +76,6 @@ class Reader:
         # idleness (see ``_feed``); elsewhere (TLS, noise) a write costs too much more.
         # (The writer, not its bound method: memory every connection would hold.)
         self._flush_on_input = flushes if transport.writes_without_waiting else None
-        self._flush_delay = flush_delay
-        self._close_timeout = close_timeout
         #: What the reader task is doing (``MuxerStats.reader``).
         self.state = "reading"
         # After a failed write: why the send side ended, and the scope whose deadline
@@ -131,7 +127,7 @@ class Reader:
                         self.state = "lent"
                         await transport.park_reader()
                         self.state = "reading"
-                        await transport.after_lending(self._flush_delay)
+                        await transport.after_lending(protocol.config.max_flush_delay)
                         continue
                     # A borrower moves the reader aside through this context (over the generic
                     # path, by cancelling it), which it does only while the reader waits.
@@ -319,7 +315,7 @@ class Reader:
         """After a failed write: restart the wait for the input to end (none while the
         reader is held up by our own buffers)."""
         if self._linger_scope is not None:
-            waited = self._close_timeout if waiting else math.inf
+            waited = self._protocol.config.close_timeout if waiting else math.inf
             self._linger_scope.deadline = trio.current_time() + waited
 
     def paused(self, paused: bool) -> None:

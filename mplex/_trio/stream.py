@@ -42,8 +42,6 @@ __all__ = ["MplexStream", "StreamHost"]
 
 _ENDED, _CLOSED = Direction.ENDED, Direction.CLOSED
 _SEND_BUSY = "another task is sending on this stream"
-_PRIVATE_SLOTS = "__weakref__ _frame_size _frames _host _outbox _prefix _prefix_size _receiving _record"
-_PRIVATE_SLOTS += " _sending _writer"
 _RECEIVE_BUSY = "another task is receiving on this stream"
 # send_all's checkpoints, bound once: the 32-byte send_all loop calls them millions of times.
 _checkpoint = trio.lowlevel.checkpoint
@@ -54,8 +52,10 @@ _yield = trio.lowlevel.cancel_shielded_checkpoint
 class StreamHost(Protocol):
     """The calls a stream makes on its connection."""
 
-    #: Where a stream appends its Message frames, whole.
-    outbox: Outbox
+    @property
+    def outbox(self) -> Outbox:
+        """Where a stream appends its Message frames, whole."""
+
     #: When what is queued leaves: a stream tells it (``queued``) once the outbox holds
     #: ``wake_at`` bytes, and waits for room (``wait_for_room``).
     writer: Writer
@@ -95,14 +95,12 @@ class MplexStream(trio.abc.HalfCloseableStream):
     them yourself.
     """
 
-    # Slots with docstrings, so that help() and the API reference list what a stream is.
-    __slots__ = {
-        **dict.fromkeys(_PRIVATE_SLOTS.split(), ""),
-        "id": "The stream number (unique per opener, not per connection).",
-        "is_initiator": "True if this side opened the stream.",
-        "key": "Unique within the connection (each side numbers its own streams): ``id << 1 | is_initiator``",
-        "name_bytes": "The raw name from the NewStream frame (at most ``Config.max_stream_name_size``).",
-    }
+    # fmt: off
+    __slots__ = (
+        "__weakref__", "_frame_size", "_frames", "_host", "_outbox", "_prefix", "_prefix_size", "_receiving",
+        "_record", "_sending", "_writer",
+    )
+    # fmt: on
 
     def __init__(self, host: StreamHost, record: StreamRecord, frame_size: int) -> None:
         self._host = host
@@ -114,10 +112,6 @@ class MplexStream(trio.abc.HalfCloseableStream):
         # outbox's ``frames`` (counted when this stream next wakes the writer, sends
         # its Close or is closed: a count per send would cost the hot path a call).
         self._frames = 0
-        self.id = record.id
-        self.is_initiator = record.is_initiator
-        self.key = record.key
-        self.name_bytes = record.name
         # The prefix of the last Message frame sent, for a run of equal sizes.
         self._prefix_size = -1
         self._prefix = b""
@@ -127,6 +121,28 @@ class MplexStream(trio.abc.HalfCloseableStream):
         self._receiving = False
 
     # -- identity --------------------------------------------------------------------------
+    # (Read from the stream's record, not kept twice: a node holds many streams.)
+
+    @property
+    def id(self) -> int:
+        """The stream number (unique per opener, not per connection)."""
+        return self._record.id
+
+    @property
+    def is_initiator(self) -> bool:
+        """True if this side opened the stream."""
+        return self._record.is_initiator
+
+    @property
+    def key(self) -> int:
+        """Unique within the connection (each side numbers its own streams):
+        ``id << 1 | is_initiator``."""
+        return self._record.key
+
+    @property
+    def name_bytes(self) -> bytes:
+        """The raw name from the NewStream frame (at most ``Config.max_stream_name_size``)."""
+        return self._record.name
 
     @property
     def name(self) -> str:

@@ -43,16 +43,12 @@ class ReaderThrottle:
 
     # fmt: off
     __slots__ = (
-        "_account", "_blocked_since", "_config", "_drain_lot", "_outbox", "_protocol", "_writer",
-        "acceptors", "blocked", "blocked_seconds"
+        "_blocked_since", "_drain_lot", "_protocol", "_writer", "acceptors", "blocked", "blocked_seconds"
     )
     # fmt: on
 
     def __init__(self, protocol: Connection, writer: Writer) -> None:
         self._protocol = protocol
-        self._config = protocol.config
-        self._account = protocol.unread
-        self._outbox = protocol.outbox
         self._writer = writer
         #: Tasks inside ``accept_stream`` (unaccepted streams never stall a server).
         self.acceptors = 0
@@ -81,21 +77,23 @@ class ReaderThrottle:
             self._drain_lot.unpark()
 
     def should_pause(self) -> bool:
-        outbox = self._outbox
-        return self._account.over_limits() or outbox.control > outbox.high_water
+        protocol = self._protocol
+        outbox = protocol.outbox
+        return protocol.unread.over_limits() or outbox.control > outbox.high_water
 
     async def pause(self, conn: ReaderHost) -> None:
         """Wait until the reader may read again (see the module docstring)."""
-        if self._account.over_limits():
+        if self._protocol.unread.over_limits():
             await self._wait_for_readers(conn)
-        outbox = self._outbox
+        outbox = self._protocol.outbox
         if outbox.control > outbox.high_water:
             await self._wait_for_send_room(conn)
 
     def _stalled_by_unaccepted(self) -> bool:
         """True if only streams nobody has accepted keep the reader from reading, and
         no task is in ``accept_stream`` to take them."""
-        protocol, account = self._protocol, self._account
+        protocol = self._protocol
+        account = protocol.unread
         if self.acceptors or any(not protocol.table.unaccepted(r) for r in account.overfull):
             return False
         if account.total > account.max_connection:
@@ -106,7 +104,8 @@ class ReaderThrottle:
     def _shed_unaccepted(self, conn: ReaderHost) -> None:
         """Reset the unaccepted streams over their limit, then, while the connection is
         over its budget, the unaccepted stream holding the most."""
-        protocol, account = self._protocol, self._account
+        protocol = self._protocol
+        account = protocol.unread
         for record in [r for r in account.overfull if protocol.table.unaccepted(r)]:
             protocol.reset_by_policy(record)
         while account.total > account.max_connection:
@@ -117,7 +116,7 @@ class ReaderThrottle:
         conn.settle()
 
     async def _wait_for_readers(self, conn: ReaderHost) -> None:
-        config, account = self._config, self._account
+        config, account = self._protocol.config, self._protocol.unread
         started = trio.current_time()
         policy_deadline = float("inf")
         if config.slow_reader_policy == "block-then-reset":
@@ -161,7 +160,7 @@ class ReaderThrottle:
         writer has taken them, so a peer that never reads cannot grow our send queue.
         Only control frames count: pausing for data would let two peers that both send
         in bulk wait for each other's reads forever."""
-        outbox = self._outbox
+        outbox = self._protocol.outbox
         with self._stalled():
             while outbox.control > outbox.high_water and conn.running:
                 await self._writer.wait_for_room()

@@ -94,15 +94,12 @@ class Writer(WriterTask):
 
     # fmt: off
     __slots__ = (
-        "_batch_control", "_carried_data", "_delay", "_frame_size", "_frames_direct", "_idle_scope",
-        "_outbox", "_protocol", "_record_size", "_refilling",
+        "_batch_control", "_carried_data", "_frame_size", "_idle_scope", "_outbox", "_protocol", "_refilling",
         "_trace", "_transport", "direct", "gathering", "wake_at", "writing"
     )
     # fmt: on
 
-    def __init__(
-        self, protocol: Connection, transport: Transport, max_flush_delay: float, trace: FrameTracer
-    ) -> None:
+    def __init__(self, protocol: Connection, transport: Transport, trace: FrameTracer) -> None:
         super().__init__()
         self._protocol = protocol
         self._outbox = protocol.outbox
@@ -110,10 +107,7 @@ class Writer(WriterTask):
         self._transport = transport
         #: True where a sending task may write on the writer's behalf.
         self.direct = transport.writes_without_waiting
-        # True where a large send may go from the caller's buffers (two a frame).
-        self._frames_direct = self.direct and transport.max_buffers >= 2
         self._trace = trace
-        self._delay = max_flush_delay
         #: A sender that makes the outbox hold this many bytes calls ``queued`` (a
         #: sender's hot path: append, then compare with this).
         self.wake_at = 0
@@ -125,7 +119,6 @@ class Writer(WriterTask):
         self.last_write = 0.0
         self._parked = False
         self._idle_scope: trio.CancelScope | None = None
-        self._record_size = transport.record_size
         # True when senders waited for room as the last write ended (they refill now).
         self._refilling = False
         # Bytes of control frames in the batch being written (the rest is data).
@@ -167,10 +160,10 @@ class Writer(WriterTask):
         self.wake_at = NEVER
         self.resume(settle=settle)
 
-    def start(self, nursery: trio.Nursery, name: str, failure_host: FailureHost, *, hosted: bool) -> None:
+    def start(self, nursery: trio.Nursery, failure_host: FailureHost, *, hosted: bool) -> None:
         """The connection runs: the writer task starts in ``nursery`` when frames need
         it (now, if some were queued before); see ``WriterTask.start``."""
-        super().start(nursery, name, failure_host, hosted=hosted)
+        super().start(nursery, failure_host, hosted=hosted)
         if self._outbox.buffer:
             self._wake(settle=False)
 
@@ -253,10 +246,14 @@ class Writer(WriterTask):
 
     # -- large sends from the caller's buffer ---------------------------------------------
 
+    def _frames_direct(self) -> bool:
+        """True where a large send may go from the caller's buffers (two a frame)."""
+        return self.direct and self._transport.max_buffers >= 2
+
     def sends_directly(self) -> bool:
         """True if a large send may go to the kernel from the sending task at all: the
         transport allows it and the send side is open."""
-        return self._frames_direct and self._protocol.may_send
+        return self._frames_direct() and self._protocol.may_send
 
     def write_frames(self, record: StreamRecord, view: memoryview, pos: int) -> int | None:
         """Frames of ``view[pos:]`` for ``record`` to the kernel with one ``writev``, if
@@ -264,7 +261,7 @@ class Writer(WriterTask):
         how far in ``view`` they reach, or None.  The kernel takes whole frames and at
         most part of one more, whose rest is queued; if it takes nothing, the first
         frame is queued, so the caller always progresses."""
-        if not self._frames_direct or self._outbox.buffer or self.writing or not self._protocol.may_send:
+        if not self._frames_direct() or self._outbox.buffer or self.writing or not self._protocol.may_send:
             return None
         step = self._frame_size
         most = self._transport.max_buffers // 2  # two buffers a frame
@@ -313,7 +310,7 @@ class Writer(WriterTask):
                     continue
             elif len(outbox.buffer) < FLUSH_AT:
                 # Frames piled up during the last write: the program is busy sending.
-                with trio.move_on_after(self._delay) as scope:
+                with trio.move_on_after(self._protocol.config.max_flush_delay) as scope:
                     self._idle_scope = scope
                     self.gathering = True
                     self.wake_at = FLUSH_AT
@@ -324,12 +321,10 @@ class Writer(WriterTask):
                     continue  # a task that queued a control frame wrote it all meanwhile
             self.wake_at = NEVER
             control = outbox.control
-            if self._record_size and self._bulk():
-                # More follows this batch at once: a short last record would cost the
-                # receiver a read of its own.
-                batch = outbox.take_whole(self._record_size)
-            else:
-                batch = outbox.take()
+            # When more follows this batch at once, it ends on a whole record: a short
+            # last record would cost the receiver a read of its own.
+            record_size = self._transport.record_size
+            batch = outbox.take_whole(record_size) if record_size and self._bulk() else outbox.take()
             self._batch_control = control - outbox.control
             return batch
 

@@ -46,7 +46,10 @@ WriteFailed = Callable[[Exception, bool], Awaitable[None]]
 
 class FailureHost(Protocol):
     """Who hears that a write failed: the connection (kept, not its bound method,
-    which would be memory every connection holds while its writer task is gone)."""
+    which would be memory every connection holds while its writer task is gone),
+    whose ``name`` the writer task is named for."""
+
+    name: str
 
     async def write_failed(self, cause: Exception, lost_data: bool) -> None:
         """A write failed; ``lost_data``: Message frames were lost with it."""
@@ -66,7 +69,7 @@ class WriterTask:
 
     # fmt: off
     __slots__ = (
-        "_alive", "_context", "_failure_host", "_hosted", "_lot", "_name", "_nursery", "_parked", "_retiring",
+        "_alive", "_context", "_failure_host", "_hosted", "_lot", "_nursery", "_parked", "_retiring",
         "_room_lot", "_scope", "_seen_write", "_settler", "_settling", "last_write", "senders_waiting",
     )
     # fmt: on
@@ -81,11 +84,10 @@ class WriterTask:
         # connections idle with no writer task, and this would be memory they hold).
         self._lot: OneTaskLot | None = None
         # Where and how the task starts (given by ``start``; None before and after the
-        # connection runs): ``_nursery``, in ``_context``, named for ``_name``,
+        # connection runs): ``_nursery``, in ``_context``, named for the host,
         # telling ``_failure_host`` if a write fails; ``_scope`` while a hosted one runs.
         self._nursery: trio.Nursery | None = None
         self._context: contextvars.Context | None = None
-        self._name = ""
         self._failure_host: FailureHost | None = None
         self._hosted = False
         self._scope: trio.CancelScope | None = None
@@ -105,7 +107,7 @@ class WriterTask:
         #: stream's state, and its callers look at this first (an attribute, no call).
         self.senders_waiting = 0
 
-    def start(self, nursery: trio.Nursery, name: str, failure_host: FailureHost, *, hosted: bool) -> None:
+    def start(self, nursery: trio.Nursery, failure_host: FailureHost, *, hosted: bool) -> None:
         """The connection runs: the writer task starts in ``nursery`` when needed, in
         a copy of the calling task's context as it is then (the task's context is
         kept, not a copy of it now: a copy is memory every connection would hold).
@@ -113,7 +115,7 @@ class WriterTask:
         nursery of handlers), so the task runs in a scope of its own, which
         ``stop_task`` cancels as the end of ``run`` cancels ``run``'s own nursery."""
         self._nursery, self._context = nursery, trio.lowlevel.current_task().context
-        self._name, self._failure_host, self._hosted = name, failure_host, hosted
+        self._failure_host, self._hosted = failure_host, hosted
         self._parked = True
         self._settler = _Settler.join()
 
@@ -151,7 +153,7 @@ class WriterTask:
         if nursery is not None and context is not None and host is not None:
             self._alive = True
             task = self._run_hosted if self._hosted else self.run
-            name = f"mplex writer {self._name}"
+            name = f"mplex writer {host.name}"
             try:
                 call_in(context, nursery.start_soon, task, host.write_failed, name=name)
             except RuntimeError:  # the run's nursery has closed: the connection ended
