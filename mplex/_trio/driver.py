@@ -32,6 +32,7 @@ from .._engine.connection import Connection, Notice
 from .._engine.outbox import Outbox
 from .._engine.record import StreamRecord
 from .._engine.states import ConnectionState
+from .._engine.stats import MuxerStats
 from .._engine.unread import prime_allocator
 from ._util import (
     NO_CONTEXT,
@@ -108,6 +109,34 @@ class Driver(Openings):
     def running(self) -> bool:
         """True until the connection ends."""
         return self.life.running
+
+    def stats(self) -> MuxerStats:
+        """A snapshot of this connection's counters and gauges (``Muxer.stats``)."""
+        protocol, running = self.protocol, self.life.running
+        lent = self.transport.borrower if running else None
+        activity: dict[str, Any] = {
+            "writer": self.writer.state if self.life.send_error is None and running else "stopped",
+            "reader": ("paused" if self.throttle.blocked else self.reader.state) if running else "stopped",
+            "reader_lent_to": lent.key if isinstance(lent, StreamRecord) else None,
+            "receivers_waiting": sum(record.waiter is not None for record in protocol.streams.values())
+            + isinstance(lent, StreamRecord),
+            "senders_waiting": self.writer.senders_waiting if running else 0,
+        }
+        return protocol.counters.snapshot(
+            frames_sent=self.outbox.frames,
+            writes=self.outbox.writes,
+            bytes_sent=self.outbox.bytes_sent,
+            frames_received=protocol.frames_received,
+            reader_blocked_seconds=self.throttle.blocked_for(),
+            inbound_streams=protocol.table.inbound,
+            outbound_streams=protocol.table.slots_taken,
+            streams_waiting=len(protocol.backlog),
+            unread_bytes=protocol.unread.total,
+            queued_bytes=len(self.outbox.buffer),
+            live_streams=len(protocol.streams),
+            bytes_sent_without_copy=self.outbox.bytes_sent_without_copy,
+            **activity,
+        )
 
     # -- acting on the protocol's notices ------------------------------------------------------
 

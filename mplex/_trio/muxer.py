@@ -42,7 +42,6 @@ from typing import Any, Protocol, final
 import trio
 
 from .._engine.config import Config
-from .._engine.record import StreamRecord
 from .._engine.states import ConnectionState
 from .._engine.stats import MuxerStats
 from .._engine.wire import name_bytes
@@ -101,7 +100,7 @@ class Muxer:
     @property
     def stats(self) -> MuxerStats:
         """A read-only snapshot of this connection's counters (take a new one any time)."""
-        return _snapshot(self._driver)
+        return self._driver.stats()
 
     @property
     def transport_stream(self) -> trio.abc.Stream:
@@ -375,32 +374,3 @@ async def _open_running(muxer: Muxer) -> AsyncIterator[Muxer]:
                     await muxer.aclose()
                 raise
             await muxer.aclose()
-
-
-def _snapshot(driver: Driver) -> MuxerStats:
-    """A snapshot of ``driver``'s counters and gauges."""
-    protocol, running = driver.protocol, driver.life.running
-    lent = driver.transport.borrower if running else None
-    activity: dict[str, Any] = {
-        "writer": driver.writer.state if driver.life.send_error is None and running else "stopped",
-        "reader": ("paused" if driver.throttle.blocked else driver.reader.state) if running else "stopped",
-        "reader_lent_to": lent.key if isinstance(lent, StreamRecord) else None,
-        "receivers_waiting": sum(record.waiter is not None for record in protocol.streams.values())
-        + isinstance(lent, StreamRecord),
-        "senders_waiting": driver.writer.senders_waiting if running else 0,
-    }
-    return protocol.counters.snapshot(
-        frames_sent=driver.outbox.frames,
-        writes=driver.outbox.writes,
-        bytes_sent=driver.outbox.bytes_sent,
-        frames_received=protocol.frames_received,
-        reader_blocked_seconds=driver.throttle.blocked_for(),
-        inbound_streams=protocol.table.inbound,
-        outbound_streams=protocol.table.slots_taken,
-        streams_waiting=len(protocol.backlog),
-        unread_bytes=protocol.unread.total,
-        queued_bytes=len(driver.outbox.buffer),
-        live_streams=len(protocol.streams),
-        bytes_sent_without_copy=driver.outbox.bytes_sent_without_copy,
-        **activity,
-    )
