@@ -13,6 +13,7 @@ borrows the turn, and the writer is not disturbed.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable
 
@@ -64,9 +65,32 @@ async def muxer_with_raw_peer(
         await theirs.aclose()
 
 
+#: Transports over which the first ask for the read turn is refused while the reader
+#: task waits on the socket itself (see the first test).
+REFUSE_FIRST_ASK = {"tcp", "tls"}
+
+
+async def received_while_waiting(stream: mplex.MplexStream, send: Callable[[], Awaitable[object]]) -> bytes:
+    """What ``stream.receive_some()`` returns, started first, ``send()`` run once every
+    task waits."""
+    got: list[bytes] = []
+
+    async def receive() -> None:
+        got.append(await stream.receive_some())
+
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(receive)
+            await trio.testing.wait_all_tasks_blocked()
+            await send()
+    return got[0]
+
+
 async def peer_opened_stream(muxer: mplex.Muxer, peer: RawPeer, stream_id: int) -> mplex.MplexStream:
-    """A stream the peer opened, that has received once already (a stream's first
-    receive never borrows the turn: see the first test)."""
+    """A stream the peer opened, whose next receive borrows the turn: it has received
+    once already (a stream's first receive never borrows the turn), and once more
+    while the reader waited (over the socket path the first ask is refused: see the
+    first test)."""
     greeting = b"opened %d" % stream_id
     await peer.send(
         frame(stream_id, Flag.NEW_STREAM, str(stream_id).encode()),
@@ -75,6 +99,9 @@ async def peer_opened_stream(muxer: mplex.Muxer, peer: RawPeer, stream_id: int) 
     with trio.fail_after(10):
         stream = await muxer.accept_stream()
         assert await stream.receive_some() == greeting
+    if muxer.uses_socket_fast_path:
+        again = frame(stream_id, Flag.MESSAGE_INITIATOR, b"again")
+        assert await received_while_waiting(stream, lambda: peer.send(again)) == b"again"
     return stream
 
 
@@ -85,7 +112,12 @@ async def test_a_streams_first_receive_waits_for_the_reader_task_and_later_ones_
 ) -> None:
     """The first receive of a stream waits mostly for a reply the peer has still to
     make, which the reader task's wake-up does not delay; moving the reader aside and
-    back would cost CPU on every request of a stream per request."""
+    back would cost CPU on every request of a stream per request.
+
+    Over the socket path the reader task waits on the socket itself until the turn is
+    first asked for, and that first ask is refused: a wake-up call raised in the
+    reader's own frame would make it hold an object as large as itself for the rest
+    of the connection (``Transport.waits_directly``)."""
     async with muxer_with_raw_peer(transport) as (muxer, peer):
         if opened_by == "us":
             stream = await muxer.open_stream()
@@ -107,7 +139,9 @@ async def test_a_streams_first_receive_waits_for_the_reader_task_and_later_ones_
         with trio.fail_after(10):
             await receive(b"first")
             await receive(b"second")
-        assert lent_to == [None, stream.key]
+            await receive(b"third")
+        refused = transport in REFUSE_FIRST_ASK
+        assert lent_to == [None, None if refused else stream.key, stream.key]
 
 
 async def error_of_waiting_receive(
@@ -231,8 +265,12 @@ async def test_closing_a_stream_wakes_its_receiver_from_the_transport_and_the_co
             stream = await left.open_stream()
             await stream.send_all(b"open")
             with trio.fail_after(10):
-                await (await right.accept_stream()).send_all(b"opened")
+                accepted = await right.accept_stream()
+                await accepted.send_all(b"opened")
                 assert await stream.receive_some() == b"opened"  # (see peer_opened_stream)
+            if left.uses_socket_fast_path:
+                again = functools.partial(accepted.send_all, b"again")
+                assert await received_while_waiting(stream, again) == b"again"
 
             async def act(stream: mplex.MplexStream = stream, close: str = close) -> None:
                 if close == "aclose":
@@ -302,6 +340,8 @@ async def test_a_writer_waiting_for_room_is_not_disturbed_when_a_receiver_moves_
         await peer.send(frame(receiver.id, Flag.MESSAGE_RECEIVER, b"first"))
         with trio.fail_after(10):
             assert await receiver.receive_some() == b"first"  # (see peer_opened_stream)
+        again = frame(receiver.id, Flag.MESSAGE_RECEIVER, b"again")
+        assert await received_while_waiting(receiver, lambda: peer.send(again)) == b"again"
         got: list[bytes] = []
 
         async def receive() -> None:

@@ -111,6 +111,7 @@ class Reader:
                 reading = NO_CONTEXT
             transport = self._transport
             read = transport.reader_call()
+            sock = transport.sock
             protocol = self._protocol
             throttle = self._throttle
             life = conn.life  # (its attribute, not the property: read on every read)
@@ -143,7 +144,23 @@ class Reader:
                                     self.paused(False)
                             self.state = "waiting"
                             try:
-                                data = await (transport.read() if read is None else read())
+                                if sock is None:
+                                    data = await (transport.read() if read is None else read())
+                                else:
+                                    data = transport.read_now()
+                                    if data is None:
+                                        try:
+                                            if transport.waits_directly:
+                                                # trio's own wait: no frame of ours
+                                                # for an idle connection to hold.
+                                                await trio.lowlevel.wait_readable(sock)
+                                            else:
+                                                await transport.wait_readable()
+                                        except trio.ClosedResourceError:
+                                            if sock.fileno() < 0:
+                                                raise  # closed; else a call to look again
+                                        finally:
+                                            transport.reader_woke()
                             except Exception as exc:  # any failure of any transport: it is lost
                                 self._receive_failed(conn, exc)
                                 return
@@ -178,7 +195,8 @@ class Reader:
         the peer.  While streams have data to read, the reader task (one read, then a
         yield) keeps the pace; if every waiting receiver read for itself, a hundred of
         them would read a hundred chunks in one scheduler pass and fill the buffers
-        for nothing.
+        for nothing.  Not the first time it is asked while the reader waits on the
+        socket directly (``Transport.waits_directly``).
         """
         transport = self._transport
         last = record.last_delivery
@@ -195,6 +213,8 @@ class Reader:
         if self._lends_skipped:
             self._lends_skipped -= 1
             return False
+        if transport.waits_directly:
+            return transport.end_direct_waits()
         return True
 
     async def receive_for(self, conn: ReaderHost, record: StreamRecord) -> None:

@@ -49,6 +49,19 @@ class Transport:
     #: Where the transport sends in records of this many bytes (TLS: 16 KiB), the
     #: writer of a bulk transfer sends whole records (0: no such unit).
     record_size = 0
+    #: The socket the reader task waits on itself (``trio.lowlevel.wait_readable``),
+    #: where its reads never wait (``read_now``); None where it awaits ``read``.
+    sock: trio.socket.SocketType | None = None
+    #: Where ``sock`` is set: True while the reader task awaits trio's wait for it
+    #: itself, which no receiving task has yet asked to interrupt.  A wake-up call
+    #: (``move_reader_aside``) raises in the frame that awaits the wait, and a frame
+    #: an exception has passed keeps an object as large as itself: the reader's is
+    #: large and lives as long as the connection.  So the first request for the read
+    #: turn while the reader waits so is refused (``may_lend``), and from then on the
+    #: reader waits through ``wait_readable``, whose small frame takes the wake-up.
+    #: Until then (on most idle connections) the reader holds no frame of the
+    #: transport's while it waits.
+    waits_directly = False
 
     def __init__(self) -> None:
         #: True where a receiving task may borrow the read turn.
@@ -82,8 +95,29 @@ class Transport:
         return None
 
     async def read(self) -> bytes | bytearray | None:
-        """The reader task's read: the bytes (``b""`` at the end of input), or None when
-        there was nothing, or the reader was moved aside (it looks again)."""
+        """The reader task's read where ``sock`` is None: the bytes (``b""`` at the end
+        of input), or None when the reader was moved aside (it looks again)."""
+        raise NotImplementedError
+
+    def read_now(self) -> bytes | bytearray | None:
+        """The reader task's read where ``sock`` is set, without waiting: the bytes, or
+        None when the reader is to wait for ``sock``, call ``reader_woke`` and look
+        again."""
+        raise NotImplementedError
+
+    async def wait_readable(self) -> None:
+        """The reader's wait for ``sock`` once it no longer ``waits_directly``;
+        returns on a wake-up call too (the reader looks again)."""
+        raise NotImplementedError
+
+    def end_direct_waits(self) -> bool:
+        """A receiving task asks for the read turn: the reader waits through
+        ``wait_readable`` from now on.  True if the turn may be lent now (the reader
+        is not waiting directly)."""
+        return True
+
+    def reader_woke(self) -> None:
+        """The reader's wait for ``sock`` (after ``read_now``) ended."""
         raise NotImplementedError
 
     async def borrow_read(self, record: object, lender: Lender) -> tuple[bytes | bytearray | None, bool]:

@@ -40,7 +40,9 @@ POSIX_SOCKETS = os.name == "posix" and hasattr(os, "writev")
 class SocketTransport(Transport):
     """Non-blocking descriptor I/O on one TCP socket."""
 
-    __slots__ = ("_drained", "_woke", "sock")
+    __slots__ = ("_drained", "_woke", "sock", "waits_directly")
+
+    sock: trio.socket.SocketType
 
     kind = "socket"
     writes_without_waiting = True
@@ -58,6 +60,8 @@ class SocketTransport(Transport):
         # (``DRAINED_BELOW``): the peer is not streaming, and a read now would most
         # likely find nothing.
         self._drained = False
+        # True until a receiving task first asks for the read turn (see the base class).
+        self.waits_directly = True
 
     # -- reading ------------------------------------------------------------------------
 
@@ -69,7 +73,10 @@ class SocketTransport(Transport):
         except BlockingIOError:
             return None
 
-    async def read(self) -> bytes | bytearray | None:
+    def read_now(self) -> bytes | None:
+        """The reader task's read, without waiting: the bytes (``b""`` at the end of
+        the input), or None when the reader is to wait for ``sock`` to be readable,
+        call ``reader_woke`` and look again."""
         # After a little input, wait first: a read that finds nothing costs a system
         # call and an exception, and the wait follows it anyway.
         data = None if self._drained else self.read_nowait()
@@ -83,16 +90,26 @@ class SocketTransport(Transport):
         self.yield_due = False
         self._drained = False
         self.reader_waiting = True
+        return None
+
+    async def wait_readable(self) -> None:
+        """The reader's wait for ``sock`` once it may be moved aside: the wake-up call
+        ends here, not in the reader's own frame."""
         try:
-            # ``_wait``, inline: an idle connection holds this chain of frames.
+            # ``_wait``, inline: a connection whose reader waits holds this chain.
             await trio.lowlevel.wait_readable(self.sock)
         except trio.ClosedResourceError:
             if self.sock.fileno() < 0:
                 raise
-        finally:
-            self.reader_waiting = False
+
+    def end_direct_waits(self) -> bool:
+        self.waits_directly = False
+        return not self.reader_waiting
+
+    def reader_woke(self) -> None:
+        """The reader's wait for ``sock`` after ``read_now`` ended."""
+        self.reader_waiting = False
         self._woke = True
-        return None  # and look at the read turn again before reading
 
     async def borrow_read(self, record: object, lender: Lender) -> tuple[bytes | bytearray | None, bool]:
         if self.reader_waiting:
