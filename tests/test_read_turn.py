@@ -65,11 +65,6 @@ async def muxer_with_raw_peer(
         await theirs.aclose()
 
 
-#: Transports over which the first ask for the read turn is refused while the reader
-#: task waits on the socket itself (see the first test).
-REFUSE_FIRST_ASK = {"tcp", "tls"}
-
-
 async def received_while_waiting(stream: mplex.MplexStream, send: Callable[[], Awaitable[object]]) -> bytes:
     """What ``stream.receive_some()`` returns, started first, ``send()`` run once every
     task waits."""
@@ -140,7 +135,7 @@ async def test_a_streams_first_receive_waits_for_the_reader_task_and_later_ones_
             await receive(b"first")
             await receive(b"second")
             await receive(b"third")
-        refused = transport in REFUSE_FIRST_ASK
+        refused = muxer.uses_socket_fast_path  # (TCP and TLS here; see the docstring)
         assert lent_to == [None, None if refused else stream.key, stream.key]
 
 
